@@ -1,0 +1,3 @@
+from twinkle.cli import main
+
+main()

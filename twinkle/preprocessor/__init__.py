@@ -1,0 +1,32 @@
+"""Curation steps: ``QualityPreprocessor`` and its filters and mappers.
+
+Each class lives in its own module and is imported on first use, so importing one light
+filter never pulls in the heavier ones.
+"""
+
+from importlib import import_module
+from typing import Any
+
+from twinkle.preprocessor.base import Filter, Mapper, map_col_to_row, map_row_to_col
+
+_LAZY = {
+    "QualityPreprocessor": "twinkle.preprocessor.quality",
+    "truncate_dropped_logs": "twinkle.preprocessor.quality",
+    "merge_dropped_shards": "twinkle.preprocessor.quality",
+    "DedupFilter": "twinkle.preprocessor.dedup_filter",
+    "NearDedupFilter": "twinkle.preprocessor.dedup_filter",
+    "HardFilter": "twinkle.preprocessor.hard_filter",
+    "DeadLoopFilter": "twinkle.preprocessor.dead_loop_filter",
+    "RefuseFilter": "twinkle.preprocessor.refuse_filter",
+    "TokenSoupFilter": "twinkle.preprocessor.token_soup",
+    "ModelFilter": "twinkle.preprocessor.model_filter",
+    "MessageNormalizer": "twinkle.preprocessor.message_normalizer",
+}
+
+__all__ = ["Filter", "Mapper", "map_col_to_row", "map_row_to_col", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'twinkle.preprocessor' has no attribute {name!r}")
