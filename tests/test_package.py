@@ -6,7 +6,7 @@ import sys
 
 def test_import_twinkle_is_light():
     code = (
-        "import sys, twinkle, twinkle.data_format, twinkle.preprocessor, twinkle.envs;"
+        "import sys, twinkle, twinkle.data_format, twinkle.preprocessor, twinkle.envs, twinkle.core;"
         "heavy = [m for m in ('prefect', 'mlflow', 'ray', 'presidio_analyzer', 'torch', 'e2b', 'openai')"
         " if m in sys.modules]; print(heavy)"
     )

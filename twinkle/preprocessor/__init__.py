@@ -13,6 +13,10 @@ _LAZY = {
     "QualityPreprocessor": "twinkle.preprocessor.quality",
     "truncate_dropped_logs": "twinkle.preprocessor.quality",
     "merge_dropped_shards": "twinkle.preprocessor.quality",
+    "run_quality_pipeline": "twinkle.preprocessor.quality",
+    "PipelineStats": "twinkle.preprocessor.quality",
+    "build_pipeline": "twinkle.preprocessor.chain",
+    "curate_rows": "twinkle.preprocessor.chain",
     "DedupFilter": "twinkle.preprocessor.dedup_filter",
     "NearDedupFilter": "twinkle.preprocessor.dedup_filter",
     "HardFilter": "twinkle.preprocessor.hard_filter",
@@ -21,6 +25,7 @@ _LAZY = {
     "TokenSoupFilter": "twinkle.preprocessor.token_soup",
     "ModelFilter": "twinkle.preprocessor.model_filter",
     "MessageNormalizer": "twinkle.preprocessor.message_normalizer",
+    "PIIPresidioFilter": "twinkle.preprocessor.pii_presidio_filter",
 }
 
 __all__ = ["Filter", "Mapper", "map_col_to_row", "map_row_to_col", *_LAZY]

@@ -1,0 +1,213 @@
+"""End-to-end figures of the main job, against baselines run in the same process.
+
+1. ``twinkle run`` on the bundled examples, wall time of the whole command in a fresh
+   directory with a fresh ``PREFECT_HOME`` (cold start: temporary Prefect API, new MLflow
+   database, local sandbox server). Target < 60 s.
+2. Orchestration + tracking overhead at N rows and M trajectories (10,000 / 500; ``--quick``
+   1,000 / 50): the pipeline flow (Prefect tasks, persisted results, MLflow runs, metrics,
+   artifacts, one trace per trajectory) against the same library stages called directly
+   (read -> dedup -> filters -> write; sandboxes -> replay rollouts -> fidelity -> write),
+   both on a fresh output directory. The Prefect API is started before timing and reported
+   apart (``prefect_api_start_s``). Target: overhead < 15% of the stages' own time.
+3. MLflow tracing cost on the rollout stage with a policy endpoint answering in 200 ms (the
+   scriptable OpenAI server in its own process): the rollout flow with ``trace_sample_rate``
+   1.0 against 0.0, same trajectories; plus cost per trace and per span. Target < 10%.
+
+Prints one JSON object. ``--quick`` for a small run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("MLFLOW_ENABLE_TELEMETRY", "false")
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+
+
+def bench_twinkle_run(tmp: Path) -> dict:
+    work = tmp / "run"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "MLFLOW_TRACKING"))}
+    env["PREFECT_HOME"] = str(tmp / "prefect-home-cold")
+    twinkle = str(Path(sys.executable).with_name("twinkle"))
+    started = time.perf_counter()
+    done = subprocess.run([twinkle, "run", "--json"], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        return {"error": done.stderr[-2000:], "wall_s": wall}
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"wall_s": round(wall, 2), "target_s": 60, "ok": wall < 60, "rows_in": summary["rows_in"],
+            "rows_out": summary["rows_out"], "trajectories": summary["trajectories"],
+            "reward_mean": summary["reward_mean"], "traces": summary["traces_written"]}
+
+
+def _dataset(tmp: Path, n_rows: int) -> str:
+    from twinkle.synthetic import generate, write_jsonl
+
+    path = tmp / f"rows-{n_rows}.jsonl"
+    write_jsonl(generate(n_rows, seed=7, defects=True), str(path))
+    return str(path)
+
+
+def baseline_stages(path: str, out: Path, n_traj: int, filters: list[str], concurrency: int) -> dict:
+    """The same library calls as the flow's tasks, in one process, no Prefect, no MLflow."""
+    import secrets
+    from concurrent.futures import ThreadPoolExecutor
+
+    from twinkle.data_format import SamplingParams, is_agent_row
+    from twinkle.envs.agentenv import AgentEnv
+    from twinkle.envs.env_tool import EnvTool
+    from twinkle.io import read_rows_list, write_rows
+    from twinkle.preprocessor.chain import build_pipeline, curate_rows
+    from twinkle.protocol.replay import ReplayAPI
+    from twinkle.rollout.api_multi_turn import APIMultiTurnRollout
+    from twinkle.sandbox import SandboxServer
+    from twinkle.tools import ToolManager
+
+    from flows.rewards import replay_fidelity
+
+    out.mkdir(parents=True)
+    t0 = time.perf_counter()
+    rows = read_rows_list([path])
+    kept, _ = curate_rows(rows, build_pipeline(["dedup"]), dropped_log_path=str(out / "d1.jsonl"))
+    kept, _ = curate_rows(kept, build_pipeline(filters), dropped_log_path=str(out / "d2.jsonl"))
+    write_rows(str(out / "curated.jsonl"), kept)
+    t1 = time.perf_counter()
+    agent = [r for r in kept if is_agent_row(r.get("messages"))][:n_traj]
+    api, prompts = ReplayAPI.from_rows(agent)
+    with SandboxServer(port=0, api_key=secrets.token_urlsafe(16)) as srv:
+        def one(_):
+            env = AgentEnv("base", api_url=srv.url, api_key=srv.api_key, command_timeout=60)
+            env.reset()
+            return env
+
+        with ThreadPoolExecutor(concurrency) as pool:
+            envs = list(pool.map(one, range(len(prompts))))
+        rollout = APIMultiTurnRollout(api, tool_manager=[ToolManager(EnvTool.from_env(e)) for e in envs],
+                                      sampling_params=SamplingParams(temperature=0.0, max_tokens=1024),
+                                      max_turns=8, concurrency=concurrency, tool_timeout_s=60, request_timeout_s=120)
+        outs = rollout(prompts)
+        for e in envs:
+            e.close()
+    scores = [replay_fidelity(r, t) for r, t in zip(agent, outs)]
+    for t, s in zip(outs, scores):
+        t.update(rewards=s["rewards"])
+    write_rows(str(out / "scored.jsonl"), outs)
+    t2 = time.perf_counter()
+    return {"curation_s": t1 - t0, "rollout_s": t2 - t1, "total_s": t2 - t0, "trajectories": len(outs)}
+
+
+def flow_stages(path: str, out: Path, n_traj: int, filters: list[str], concurrency: int, n_rows: int,
+                sample_rate: float = 1.0, **rollout_kw) -> dict:
+    from flows.params import CurationParams, RolloutParams, RunParams, TrackingParams
+    from flows.pipeline import pipeline_flow
+
+    # Two rollout shards side by side, each with half the direct run's concurrency: the same
+    # number of trajectories in flight, and shard 1 is traced while shard 2 still rolls out.
+    workers = 2
+    cur = CurationParams(inputs=[path], pii="off", filters=filters)
+    rol = RolloutParams(tasks=[], limit=n_traj, concurrency=max(1, concurrency // workers),
+                        shard_size=max(1, -(-n_traj // workers)), **rollout_kw)
+    tracking = TrackingParams(tracking_uri=f"sqlite:///{out}-mlflow.db", artifact_location=f"{out}-mlruns",
+                              trace_sample_rate=sample_rate)
+    # The tracking store is a service (like the Prefect API): created before timing, timed apart.
+    from twinkle.tracking import MLflowTracker
+
+    s0 = time.perf_counter()
+    MLflowTracker(tracking.tracking_uri, tracking.experiment, tracking.artifact_location).experiment_id
+    setup = time.perf_counter() - s0
+    t0 = time.perf_counter()
+    summary = pipeline_flow(cur, rol, tracking, RunParams(output_dir=str(out), workers=workers))
+    return {"total_s": time.perf_counter() - t0, "trajectories": summary["trajectories"],
+            "traces": summary["traces_written"], "store_setup_s": setup}
+
+
+def bench_overhead(tmp: Path, n_rows: int, n_traj: int, concurrency: int) -> dict:
+    from flows.params import DEFAULT_FILTERS
+
+    path = _dataset(tmp, n_rows)
+    filters = list(DEFAULT_FILTERS)
+    base = baseline_stages(path, tmp / "base", n_traj, filters, concurrency)
+    ours = flow_stages(path, tmp / "flow", n_traj, filters, concurrency, n_rows)
+    base2 = baseline_stages(path, tmp / "base2", n_traj, filters, concurrency)  # noise check, run order
+    own = min(base["total_s"], base2["total_s"])
+    return {"rows": n_rows, "trajectories": ours["trajectories"], "traces": ours["traces"],
+            "stages_direct_s": round(own, 2), "stages_direct_runs_s": [round(base["total_s"], 2), round(base2["total_s"], 2)],
+            "direct_curation_s": round(base["curation_s"], 2), "direct_rollout_s": round(base["rollout_s"], 2),
+            "flow_s": round(ours["total_s"], 2), "mlflow_store_setup_s": round(ours["store_setup_s"], 2),
+            "overhead_ratio": round((ours["total_s"] - own) / own, 3), "target_ratio": 0.15,
+            "ok": (ours["total_s"] - own) / own < 0.15}
+
+
+def bench_tracing(tmp: Path, n_traj: int, concurrency: int) -> dict:
+    """Rollout flow against a 200 ms endpoint, traced vs untraced."""
+    import json as _json
+
+    from twinkle.synthetic import generate
+    from twinkle.testing.openai_server import OpenAIServer
+
+    from flows.params import PolicyParams, RolloutParams, RunParams, TrackingParams
+    from flows.rollout import rollout_flow
+
+    rows = [r for r in generate(n_traj * 2, seed=11) if any(m.get("role") == "tool" for m in r["messages"])][:n_traj]
+    conv = tmp / "tracing-conv.jsonl"
+    conv.write_text("".join(_json.dumps(r) + "\n" for r in rows))
+    results = {}
+    with OpenAIServer.subprocess(delay_ms=200, policy="tool_then_answer", turns=3) as server:
+        for label, rate in (("untraced", 0.0), ("traced", 1.0), ("untraced_2", 0.0), ("traced_2", 1.0)):
+            rol = RolloutParams(conversations=[str(conv)], tasks=[], concurrency=max(1, concurrency // 2),
+                                max_turns=4, shard_size=max(1, n_traj // 4),
+                                policy=PolicyParams(base_url=server.base_url, model="m"))
+            tracking = TrackingParams(tracking_uri=f"sqlite:///{tmp}/tracing-{label}.db",
+                                      artifact_location=f"{tmp}/tracing-{label}-mlruns", trace_sample_rate=rate)
+            t0 = time.perf_counter()
+            out = rollout_flow(rol, tracking, RunParams(output_dir=str(tmp / f"tracing-{label}"), workers=2))
+            results[label] = {**out, "flow_s": time.perf_counter() - t0}
+    # The rollout flow's whole wall time: whatever tracing adds, overlapped or not, shows up here.
+    untraced = min(results["untraced"]["flow_s"], results["untraced_2"]["flow_s"])
+    traced = min(results["traced"]["flow_s"], results["traced_2"]["flow_s"])
+    tr = results["traced"]["trace_stats"]
+    return {"trajectories": results["traced"]["trajectories"], "endpoint_delay_ms": 200,
+            "rollout_flow_untraced_s": round(untraced, 2), "rollout_flow_traced_s": round(traced, 2),
+            "tracing_added_ratio": round((traced - untraced) / untraced, 3), "target_ratio": 0.10,
+            "ok": (traced - untraced) / untraced < 0.10,
+            "traces": tr["written"], "spans": tr["spans"],
+            "write_cost_per_trace_ms": round(1000 * tr["seconds"] / max(1, tr["written"]), 2),
+            "write_cost_per_span_ms": round(1000 * tr["seconds"] / max(1, tr["spans"]), 3)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--skip-run", action="store_true", help="skip the `twinkle run` cold-start figure")
+    args = ap.parse_args()
+    n_rows, n_traj, n_trace = (1000, 50, 32) if args.quick else (10000, 500, 128)
+    concurrency = 32
+    from prefect.testing.utilities import prefect_test_harness
+
+    with tempfile.TemporaryDirectory(prefix="twinkle-bench-") as d:
+        tmp = Path(d)
+        result = {"bench": "pipeline", "quick": args.quick, "cpus": os.cpu_count()}
+        if not args.skip_run:
+            result["twinkle_run"] = bench_twinkle_run(tmp)
+        t0 = time.perf_counter()
+        with prefect_test_harness(server_startup_timeout=180):
+            result["prefect_api_start_s"] = round(time.perf_counter() - t0, 2)
+            result["overhead"] = bench_overhead(tmp, n_rows, n_traj, concurrency)
+            result["tracing"] = bench_tracing(tmp, n_trace, concurrency)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

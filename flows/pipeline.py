@@ -1,0 +1,61 @@
+"""Pipeline flow: curation, then rollout and scoring of the curated conversations, in one run.
+
+The flow body reads like the architecture diagram: curate (dedup, filters, PII rewrite),
+then provision sandboxes, roll out, score and trace, each stage a set of small cached
+tasks (``flows.curation``, ``flows.rollout``). The rollout re-runs the *curated* rows, so
+what reaches MLflow traces has been through the PII rewrite. One MLflow run per flow run,
+with a nested run per stage.
+
+Example:
+    >>> from flows.pipeline import pipeline_flow
+    >>> pipeline_flow.name
+    'twinkle-pipeline'
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow
+from prefect.utilities.annotations import quote
+
+from flows.common import flow_run_id, needs_ray_switch, task_runner_for
+from flows.curation import publish_curation, run_curation
+from flows.params import CurationParams, RolloutParams, RunParams, TrackingParams
+from flows.rollout import publish_rollout, rollout_summary, run_rollout
+from flows.tracking import finish_tracking, log_curation, log_rollout, start_tracking
+
+
+@flow(name="twinkle-pipeline", log_prints=True)
+def pipeline_flow(curation: CurationParams | None = None, rollout: RolloutParams | None = None,
+                  tracking: TrackingParams | None = None, run: RunParams | None = None) -> dict[str, Any]:
+    """Curate conversations, re-run them in sandboxes (plus task environments), score, trace."""
+    curation, rollout = curation or CurationParams(), rollout or RolloutParams()
+    tracking, run = tracking or TrackingParams(), run or RunParams()
+    if needs_ray_switch(run.ray_address):
+        return pipeline_flow.with_options(task_runner=task_runner_for(run.ray_address, run.workers))(
+            curation, rollout, tracking, run)
+    ctx = start_tracking(tracking, tracking.run_key or flow_run_id(), "twinkle-pipeline", {
+        "curation": curation.model_dump(), "rollout": rollout.model_dump(), "run": run.model_dump()})
+
+    curated = run_curation(curation, run)
+    # Logging the curation stage overlaps the rollout stage (it waits on sandboxes and the model).
+    curation_logged = log_curation.submit(ctx, quote(curated))
+    publish_curation(curated)
+
+    rolled = run_rollout(rollout, run, conversations=curated["rows"], conversations_fp=curated["fingerprint"],
+                         ctx=ctx, tracking=tracking)
+    tracked = log_rollout(ctx, rolled["stage_run_id"], quote(rolled))
+    curation_logged.result()
+    publish_rollout(rolled, tracked)
+
+    summary = {
+        "rows_in": curated["rows_in"], "rows_out": curated["rows_out"], "dropped": curated["dropped"],
+        "drops": {f"{st['step']}/{r}": n for st in curated["steps"] for r, n in (st.get("dropped") or {}).items()},
+        "pii": curated["pii"], "curated_path": curated["curated_path"], "dropped_path": curated["dropped_path"],
+        "curation_s": curated["seconds"], **rollout_summary(rolled, tracked),
+        "mlflow_run_id": ctx.run_id, "tracking_uri": ctx.tracker.tracking_uri,
+        "experiment_id": ctx.tracker.experiment_id, "run_key": ctx.run_key,
+    }
+    finish_tracking(ctx, summary)
+    return summary

@@ -1,0 +1,106 @@
+"""Prefect tasks that log a flow run to MLflow through ``twinkle.tracking``.
+
+Every task here retries (the tracking store is I/O) and is never cached: logging is
+idempotent by design (runs found by key, metrics deduplicated, traces keyed per session),
+so a resumed flow re-logs its cached stages into the same MLflow run without duplicates.
+
+Example:
+    >>> from flows.tracking import start_tracking
+    >>> start_tracking.name
+    'start-tracking'
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from twinkle.tracking.traces import trajectory_key
+
+from flows.common import Tracking, tracking_target
+from flows.params import TrackingParams
+
+_IO = dict(retries=2, retry_delay_seconds=[1, 5], cache_policy=NO_CACHE, persist_result=False)
+
+
+@task(name="start-tracking", task_run_name="start-tracking", **_IO)
+def start_tracking(tracking: TrackingParams, run_key: str, flow_name: str,
+                   params: dict[str, Any]) -> Tracking:
+    """Find or create the MLflow run of this flow run (keyed, so retries reuse it)."""
+    from twinkle.tracking import MLflowTracker
+
+    uri, artifacts = tracking_target(tracking.tracking_uri, tracking.artifact_location)
+    tracker = MLflowTracker(uri, experiment=tracking.experiment, artifact_location=artifacts)
+    run_id = tracker.start_run(run_key, name=f"{flow_name}-{run_key[:8]}", params=params,
+                               tags={"twinkle.flow": flow_name})
+    return Tracking(tracker=tracker, run_id=run_id, run_key=run_key)
+
+
+@task(name="finish-tracking", task_run_name="finish-tracking", **_IO)
+def finish_tracking(tracking: Tracking, summary: dict[str, Any], status: str = "FINISHED") -> None:
+    """Log the run's summary (metrics + JSON) and close it."""
+    tracker = tracking.tracker
+    tracker.log_metrics(tracking.run_id, {k: v for k, v in summary.items() if isinstance(v, (int, float))})
+    tracker.log_json(tracking.run_id, summary, "summary.json")
+    tracker.end_run(tracking.run_id, status)
+
+
+@task(name="log-curation", task_run_name="log-curation", **_IO)
+def log_curation(tracking: Tracking, result: dict[str, Any]) -> str:
+    """Curation stage: a nested run with rows in/out, drops, the chart and the curated files."""
+    tracker = tracking.tracker
+    stage = tracking.stage("curation")
+    tracker.log_params(stage, result["settings"])
+    tracker.log_curation(stage, result["steps"], result["rows_in"], result["rows_out"])
+    tracker.set_tags(stage, {"pii": result["pii"]})
+    for key in ("curated_path", "dropped_path"):
+        if result.get(key):
+            tracker.log_artifact(stage, result[key], "data")
+    tracker.end_run(stage)
+    return stage
+
+
+@task(name="start-stage", task_run_name="start-stage-{name}", **_IO)
+def start_stage(tracking: Tracking, name: str) -> str:
+    """The nested MLflow run of stage ``name`` (found again by key on retries)."""
+    return tracking.stage(name)
+
+
+@task(name="trace-trajectories", task_run_name="trace-trajectories-{shard}", **_IO)
+def trace_trajectories(tracking: Tracking, stage: str, scored: dict[str, Any],
+                       settings: TrackingParams, dataset: str, shard: int, offset: int) -> dict[str, Any]:
+    """One MLflow trace per trajectory of a shard, rewards as feedback (idempotent per session).
+
+    Runs per shard as soon as the shard is scored, so tracing overlaps the rollouts of the
+    shards still in flight instead of adding to the stage's wall time.
+    """
+    writer = tracking.tracker.trace_writer(stage, session=tracking.run_key, dataset=dataset,
+                                           sample_rate=settings.trace_sample_rate,
+                                           max_spans=settings.max_spans_per_trace,
+                                           max_payload_chars=settings.max_payload_chars)
+    # Position in the whole batch + id: unique even when ids repeat, stable for the same inputs.
+    trajectories = scored["trajectories"]
+    keys = [f"{offset + i}:{trajectory_key(t, offset + i)}" for i, t in enumerate(trajectories)]
+    report = writer.write(trajectories, [t.get("rewards") for t in trajectories], keys=keys)
+    return {"written": report.written, "existing": report.skipped_existing, "unsampled": report.unsampled,
+            "spans": report.spans, "seconds": report.seconds}
+
+
+@task(name="log-rollout", task_run_name="log-rollout", **_IO)
+def log_rollout(tracking: Tracking, stage: str, result: dict[str, Any]) -> dict[str, Any]:
+    """Rollout + scoring stage: metrics, reward plots, the scored file, trace counts; closes the stage."""
+    tracker = tracking.tracker
+    tracker.log_params(stage, result["settings"])
+    trajectories = result["trajectories"]
+    summary = tracker.log_rollout(stage, trajectories)
+    reward_metrics = tracker.log_rewards(stage, [t.get("rewards") for t in trajectories])
+    tracker.set_tags(stage, {f"skipped.{k}": v for k, v in result.get("skipped", {}).items()})
+    if result.get("scored_path"):
+        tracker.log_artifact(stage, result["scored_path"], "data")
+    traces = result.get("traces", {})
+    tracker.log_metrics(stage, {f"traces.{k}": v for k, v in traces.items()})
+    tracker.end_run(stage)
+    return {**summary, **reward_metrics, "traces_written": traces.get("written", 0),
+            "traces_existing": traces.get("existing", 0), "traces_unsampled": traces.get("unsampled", 0)}

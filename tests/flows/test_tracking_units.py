@@ -1,0 +1,117 @@
+"""twinkle.tracking against a real MLflow SQLite store: secrets, spans, sampling, caps, idempotency."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from twinkle.tracking import MLflowTracker, TraceWriter, build_spans, sampled, scrub_secrets
+
+
+def _trajectory(i: int, error: str | None = None) -> dict:
+    now = time.time_ns()
+    traj = {
+        "id": f"t{i}", "stop_reason": "api_error" if error else "stop", "turns": 2, "truncated": bool(error),
+        "messages": [
+            {"role": "user", "content": "run it, my key is sk-live-abcdef123456"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "run_command", "arguments": '{"command": "ls"}'}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "a.txt"},
+            {"role": "assistant", "content": "done"},
+        ],
+        "turn_log": [
+            {"type": "llm", "turn": 1, "start_ns": now - 3_000_000_000, "latency_s": 0.5,
+             "prompt_tokens": 12, "completion_tokens": 4, "finish_reason": "tool_calls"},
+            {"type": "tool", "turn": 1, "name": "run_command", "arguments": '{"command": "ls"}',
+             "tool_call_id": "c1", "start_ns": now - 2_400_000_000, "latency_s": 0.2, "error": False},
+            {"type": "llm", "turn": 2, "start_ns": now - 2_000_000_000, "latency_s": 0.4, "finish_reason": "stop"},
+        ],
+    }
+    if error:
+        traj["error"] = error
+    return traj
+
+
+def test_scrub_redacts_secret_names_and_values_but_keeps_token_counts():
+    out = scrub_secrets({
+        "api_key": "abc", "headers": {"Authorization": "Bearer xyz123"}, "max_tokens": 512,
+        "note": "export OPENAI_API_KEY=sk-proj-123456789 and call", "nested": [{"client_secret": "s"}],
+    })
+    assert out["api_key"] == "[REDACTED]"
+    assert out["headers"]["Authorization"] == "[REDACTED]"
+    assert out["max_tokens"] == 512
+    assert "sk-proj" not in out["note"] and "[REDACTED]" in out["note"]
+    assert out["nested"][0]["client_secret"] == "[REDACTED]"
+
+
+def test_build_spans_uses_recorded_timings_and_caps_spans_and_payload():
+    traj = _trajectory(0)
+    spans = build_spans(traj)
+    assert [s.span_type for s in spans] == ["AGENT", "LLM", "TOOL", "LLM"]
+    assert spans[1].end_ns - spans[1].start_ns == 500_000_000
+    assert spans[0].start_ns == spans[1].start_ns and spans[0].end_ns == spans[3].end_ns
+    assert "sk-live" not in str(spans[0].inputs)
+    capped = build_spans(traj, max_spans=2, max_payload_chars=10)
+    assert len(capped) == 2 and capped[0].attributes["spans_dropped"] == 2
+    assert "truncated by twinkle" in str(capped[1].inputs)
+
+
+def test_sampling_is_deterministic_and_close_to_the_rate():
+    keys = [f"k{i}" for i in range(2000)]
+    first = [sampled(k, 0.3) for k in keys]
+    assert first == [sampled(k, 0.3) for k in keys]
+    assert 0.25 < sum(first) / len(keys) < 0.35
+    assert all(sampled(k, 1.0) for k in keys[:10]) and not any(sampled(k, 0.0) for k in keys[:10])
+
+
+def test_trace_writer_writes_feedback_and_never_duplicates(tmp_path):
+    import mlflow
+
+    tracker = MLflowTracker(f"sqlite:///{tmp_path}/mlflow.db", artifact_location=str(tmp_path / "art"))
+    run = tracker.start_run("key-1", name="unit", params={"api_key": "sk-abcdefgh1", "max_turns": 3})
+    writer = tracker.trace_writer(run, session="key-1", dataset="unit")
+    trajs = [_trajectory(0), _trajectory(1, error="APIConnectionError: down, Bearer abcdefghij")]
+    rewards = [{"fidelity": 1.0, "total": 1.0}, {"fidelity": None}]
+    report = writer.write(trajs, rewards)
+    assert report.written == 2 and report.spans == 8
+    again = writer.write(trajs, rewards)
+    assert again.written == 0 and again.skipped_existing == 2
+
+    client = mlflow.MlflowClient(tracker.tracking_uri)
+    traces = client.search_traces(locations=[tracker.experiment_id])
+    assert len(traces) == 2
+    by_row = {t.info.tags["row_id"]: t for t in traces}
+    ok, failed = by_row["t0"], by_row["t1"]
+    assert len(ok.search_spans(span_type="LLM")) == 2 and len(ok.search_spans(span_type="TOOL")) == 1
+    assert {a.name: a.value for a in ok.info.assessments} == {"fidelity": 1.0, "total": 1.0}
+    assert ok.info.trace_metadata["mlflow.trace.session"] == "key-1"
+    assert ok.info.tags["dataset"] == "unit" and ok.info.tags["reward.total"] == "1.0"
+    assert failed.info.state.value == "ERROR" and failed.info.tags["status"] == "failed"
+    assert "abcdefghij" not in failed.info.tags["error"]
+    assert client.get_run(run).data.params["api_key"] == "[REDACTED]"
+    assert len(client.search_traces(locations=[tracker.experiment_id], run_id=run)) == 2
+
+
+def test_runs_are_found_by_key_and_metrics_dedupe(tmp_path):
+    tracker = MLflowTracker(f"sqlite:///{tmp_path}/mlflow.db", artifact_location=str(tmp_path / "art"))
+    run = tracker.start_run("same", name="r")
+    stage = tracker.start_stage(run, "same", "curation")
+    for _ in range(2):  # a retried task logs the same figures again
+        assert tracker.start_run("same") == run
+        assert tracker.start_stage(run, "same", "curation") == stage
+        tracker.log_curation(stage, [{"step": "HardFilter", "rows_in": 5, "rows_out": 3,
+                                      "dropped": {"shallow_reply": 2}, "seconds": 0.1}], 5, 3)
+    history = tracker.client.get_metric_history(stage, "drops.HardFilter.shallow_reply")
+    assert [m.value for m in history] == [2.0]
+    runs = tracker.client.search_runs([tracker.experiment_id])
+    assert len(runs) == 2
+    artifacts = [a.path for a in tracker.client.list_artifacts(stage, "plots")]
+    assert artifacts == ["plots/drop_reasons.png"]
+
+
+def test_invalid_writer_settings_raise():
+    with pytest.raises(ValueError, match="sample_rate"):
+        TraceWriter("sqlite:///x.db", "1", "s", sample_rate=1.5)
+    with pytest.raises(ValueError, match="session"):
+        TraceWriter("sqlite:///x.db", "1", "")

@@ -1,0 +1,180 @@
+"""Isolation and fault tests: each one runs the attack for real and checks it fails."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import httpx
+import pytest
+from e2b import AuthenticationException, CommandExitException, Sandbox
+
+from .conftest import API_KEY, sandbox_pids, wait_until
+
+
+def run(sbx: Sandbox, command: str, timeout: float = 30):
+    """(exit code, stdout + stderr) of a command, whatever its exit code."""
+    try:
+        result = sbx.commands.run(command, timeout=timeout)
+    except CommandExitException as exc:
+        return exc.exit_code, exc.stdout + exc.stderr
+    return result.exit_code, result.stdout + result.stderr
+
+
+@pytest.fixture()
+def pair(sdk):
+    a, b = Sandbox.create(timeout=60, **sdk), Sandbox.create(timeout=60, **sdk)
+    yield a, b
+    a.kill(), b.kill()
+
+
+@pytest.fixture()
+def host_file():
+    """A host file that sandboxes can see (read-only) but must never change."""
+    directory = Path(tempfile.mkdtemp(prefix="twinkle-host-", dir="/var/tmp"))
+    directory.chmod(0o755)
+    target = directory / "host.txt"
+    target.write_text("original")
+    target.chmod(0o666)  # writable by anyone on the host: only the sandbox stops the write
+    yield target
+    shutil.rmtree(directory)
+
+
+def test_cannot_write_outside_the_sandbox(pair, host_file):
+    a, _ = pair
+    assert run(a, f"cat {host_file}") == (0, "original")  # visible, so the attack is real
+    code, out = run(a, f"echo pwned > {host_file}")
+    assert code != 0 and "Read-only file system" in out
+    for target in ("/etc/twinkle-pwned", "/usr/twinkle-pwned"):
+        code, out = run(a, f"touch {target}")
+        assert code != 0 and not Path(target).exists()
+        with pytest.raises(Exception, match="read-only"):
+            a.files.write(target, "x")
+    # The files API must not follow a sandbox-made symlink out of the sandbox either.
+    run(a, f"ln -s {host_file} /home/user/escape")
+    with pytest.raises(Exception, match="Read-only file system"):
+        a.files.write("/home/user/escape", "pwned through symlink")
+    run(a, f"mkdir -p /home/user/d && ln -s {host_file.parent} /home/user/d/dir")
+    with pytest.raises(Exception, match="Read-only file system"):
+        a.files.write("/home/user/d/dir/host.txt", "pwned through a symlinked directory")
+    assert host_file.read_text() == "original"
+
+
+def test_cannot_read_another_sandboxs_files(pair, server):
+    a, b = pair
+    a.files.write("/home/user/secret.txt", "top-secret-a")
+    a_dir = server.root / a.sandbox_id
+    assert (a_dir / "home" / "secret.txt").read_text() == "top-secret-a"  # the attack target exists
+    assert b.commands.run("ls /home/user").stdout.split() == []
+    code, out = run(
+        b,
+        f"cat {a_dir}/home/secret.txt; ls {server.root}; "
+        "grep -rs top-secret-a /home /tmp | head -1",
+    )
+    assert "top-secret-a" not in out
+    with pytest.raises(Exception):
+        b.files.read(f"{a_dir}/home/secret.txt")
+    with pytest.raises(Exception):
+        b.files.read(f"/home/user/../../../{a_dir}/home/secret.txt")
+    run(b, f"ln -s {a_dir}/home/secret.txt /home/user/link")
+    try:
+        leaked = b.files.read("/home/user/link")
+    except Exception:
+        leaked = ""
+    assert "top-secret-a" not in leaked
+
+
+def test_no_network_unless_the_template_allows_it(sdk, server):
+    connect = f"socket.create_connection(('127.0.0.1', {server.port}), timeout=3)"
+    probe = f"python -c \"import socket; {connect}; print('connected')\""
+    closed = Sandbox.create(timeout=60, **sdk)
+    opened = Sandbox.create(template="net", timeout=60, **sdk)
+    try:
+        code, out = run(closed, probe)
+        assert code != 0 and "connected" not in out
+        assert run(opened, probe) == (0, "connected\n")  # the same probe works when allowed
+    finally:
+        closed.kill(), opened.kill()
+
+
+def test_fork_bomb_and_background_processes_are_gone_after_kill(sdk, server):
+    sbx = Sandbox.create(template="small", timeout=60, **sdk)
+    sbx.commands.run(
+        "nohup sleep 1000 > /dev/null 2>&1 &  setsid sleep 1000 > /dev/null 2>&1 & sleep 600",
+        background=True,
+    )
+    sbx.commands.run("bomb() { bomb | bomb & }; bomb; sleep 600", background=True)
+    assert wait_until(lambda: len(sandbox_pids(sbx.sandbox_id)) >= 10)
+    # The process limit holds the bomb; the server keeps answering meanwhile.
+    assert len(sandbox_pids(sbx.sandbox_id)) < 500
+    other = Sandbox.create(timeout=30, **sdk)
+    assert other.commands.run("echo alive").stdout == "alive\n"
+    other.kill()
+    assert sbx.kill()
+    assert wait_until(lambda: sandbox_pids(sbx.sandbox_id) == [])
+    assert not (server.root / sbx.sandbox_id).exists()
+
+
+def test_memory_limit_stops_a_big_allocation(sdk):
+    sbx = Sandbox.create(template="small", timeout=60, **sdk)  # 256 MiB
+    try:
+        code, out = run(sbx, "python -c \"x = bytearray(1024 * 1024 * 1024); print('allocated')\"")
+        assert code != 0 and "MemoryError" in out and "allocated" not in out
+        assert run(sbx, "python -c \"x = bytearray(16 * 1024 * 1024); print('small ok')\"") == (
+            0,
+            "small ok\n",
+        )
+    finally:
+        sbx.kill()
+
+
+def test_cpu_time_limit_stops_a_busy_loop(sdk):
+    sbx = Sandbox.create(template="small", timeout=60, **sdk)  # 2 CPU seconds
+    try:
+        code, out = run(sbx, 'python -c "while True: pass"', timeout=60)
+        assert code != 0
+    finally:
+        sbx.kill()
+
+
+def test_requests_without_the_api_key_are_refused(server, sdk):
+    with httpx.Client(base_url=server.url) as client:
+        assert client.post("/v2/sandboxes", json={"templateID": "base"}).status_code == 401
+        assert (
+            client.post(
+                "/v2/sandboxes", json={"templateID": "base"}, headers={"X-API-KEY": "wrong"}
+            ).status_code
+            == 401
+        )
+        assert client.get("/v2/sandboxes", headers={"X-API-KEY": "wrong"}).status_code == 401
+        ok = client.post(
+            "/v2/sandboxes", json={"templateID": "base"}, headers={"X-API-KEY": API_KEY}
+        )
+        assert ok.status_code == 201
+        sid = ok.json()["sandboxID"]
+        # envd calls need the sandbox's access token (or the API key)
+        envd = {"E2b-Sandbox-Id": sid}
+        assert (
+            client.get("/files", params={"path": "/home/user/.profile"}, headers=envd).status_code
+            == 401
+        )
+        assert (
+            client.get(
+                "/files",
+                params={"path": "/home/user/.profile"},
+                headers={**envd, "X-Access-Token": "guess"},
+            ).status_code
+            == 401
+        )
+        assert (
+            client.get(
+                "/files",
+                params={"path": "/home/user/.profile"},
+                headers={**envd, "X-Access-Token": ok.json()["envdAccessToken"]},
+            ).status_code
+            == 200
+        )
+        assert client.delete(f"/sandboxes/{sid}", headers={"X-API-KEY": API_KEY}).status_code == 204
+    with pytest.raises(AuthenticationException):
+        Sandbox.create(api_url=server.url, sandbox_url=server.url, api_key="wrong")

@@ -1,0 +1,231 @@
+"""Server crash and restart, the CLI, templates files and the bubblewrap requirement."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from e2b import Sandbox
+
+from twinkle.envs import AgentEnv
+from twinkle.sandbox import IsolationError, SandboxServer, Template, TemplateRegistry
+
+from .conftest import sandbox_pids, wait_until
+
+KEY = "fault-key"
+
+
+def start_cli(port: int, root: Path, *extra: str) -> tuple[subprocess.Popen, str]:
+    """``twinkle sandbox serve`` as a real subprocess; returns it and the URL it printed."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "twinkle",
+            "sandbox",
+            "serve",
+            "--port",
+            str(port),
+            "--api-key",
+            KEY,
+            "--root",
+            str(root),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    line = proc.stdout.readline().strip()  # printed only once connections are accepted
+    assert line.startswith("http://127.0.0.1:"), (
+        line,
+        proc.stderr.read() if proc.poll() is not None else "",
+    )
+    return proc, line
+
+
+@pytest.fixture()
+def root_dir():
+    """A sandbox root the unprivileged sandbox user can reach (pytest's tmp_path is private)."""
+    path = Path(tempfile.mkdtemp(prefix="twinkle-test-root-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_cli_serves_and_cleans_up_on_sigterm(root_dir):
+    tmp_path = root_dir
+    proc, url = start_cli(0, tmp_path)
+    try:
+        assert httpx.get(url + "/health", headers={"X-API-KEY": KEY}).status_code == 200
+        assert httpx.get(url + "/health").status_code == 401
+        sbx = Sandbox.create(api_url=url, sandbox_url=url, api_key=KEY)
+        assert sbx.commands.run("echo cli").stdout == "cli\n"
+        assert (tmp_path / sbx.sandbox_id).is_dir()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+    assert not (tmp_path / sbx.sandbox_id).exists()  # shutdown killed and removed the sandbox
+
+
+def test_server_crash_and_restart_give_error_observations(root_dir):
+    tmp_path = root_dir
+    port = free_port()
+    proc, url = start_cli(port, tmp_path)
+    env = AgentEnv(template="base", api_url=url, api_key=KEY, request_timeout=5, command_timeout=5)
+    try:
+        env.reset()
+        assert env.step("run_command", {"command": "echo up"}).observation == "up"
+        proc.kill()  # a crash: no shutdown hook runs
+        proc.wait(timeout=10)
+        start = time.monotonic()
+        for name, args in [
+            ("run_command", {"command": "echo down"}),
+            ("read_file", {"path": "a"}),
+            ("write_file", {"path": "a", "content": "b"}),
+        ]:
+            result = env.step(name, args)
+            assert result.observation.startswith("Error:") and result.done is False, result
+        assert time.monotonic() - start < 60  # errors, not hangs
+        proc, url = start_cli(port, tmp_path / "second")
+        result = env.step("run_command", {"command": "echo after-restart"})
+        assert result.observation.startswith("Error:") and "not found" in result.observation.lower()
+        env.reset()  # a new episode works against the restarted server
+        assert env.step("run_command", {"command": "echo again"}).observation == "again"
+    finally:
+        env.close()
+        env.close()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+
+
+def test_in_process_stop_kills_everything_and_turns_into_errors():
+    srv = SandboxServer(port=0, api_key=KEY).start()
+    env = AgentEnv(template="base", api_url=srv.url, api_key=KEY, request_timeout=5)
+    env.reset()
+    handle = env.sandbox.commands.run("sleep 600", background=True)  # an open stream
+    assert wait_until(lambda: len(sandbox_pids(env.sandbox_id)) > 0)
+    sandbox_id = env.sandbox_id
+    srv.stop()  # must not wait for the open stream, and must kill its process
+    assert wait_until(lambda: sandbox_pids(sandbox_id) == [])
+    assert not srv.root.exists()
+    assert env.step("run_command", {"command": "echo x"}).observation.startswith("Error:")
+    with pytest.raises(Exception):
+        handle.wait()
+    env.close()
+    srv.stop()  # idempotent
+
+
+def test_templates_file_yaml_and_json(tmp_path):
+    yaml_file = tmp_path / "t.yaml"
+    yaml_file.write_text(
+        "allow_unknown: false\ntemplates:\n  py:\n    memory_mb: 512\n    env: {A: '1'}\n"
+        "    setup: echo hi\n"
+    )
+    reg = TemplateRegistry.from_file(yaml_file)
+    assert reg.get("py") == Template(name="py", memory_mb=512, env={"A": "1"}, setup=("echo hi",))
+    assert reg.get("base").name == "base"
+    with pytest.raises(KeyError, match="known templates"):
+        reg.get("other")
+    json_file = tmp_path / "t.json"
+    json_file.write_text(json.dumps({"allow_unknown": True, "templates": {"x": {"network": True}}}))
+    reg = TemplateRegistry.from_file(json_file)
+    assert reg.get("x").network and reg.get("anything").name == "anything"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("templates:\n  y:\n    memory: 5\n")
+    with pytest.raises(ValueError, match="unknown keys"):
+        TemplateRegistry.from_file(bad)
+    bad.write_text("templates:\n  y:\n    memory_mb: -5\n")
+    with pytest.raises(ValueError, match="memory_mb"):
+        TemplateRegistry.from_file(bad)
+
+
+def test_example_templates_file_loads():
+    example = Path(__file__).resolve().parents[2] / "infra" / "sandbox" / "templates.example.yaml"
+    reg = TemplateRegistry.from_file(example)
+    assert "base" in reg.templates and len(reg.templates) > 1
+
+
+def test_failing_setup_fails_the_create():
+    reg = TemplateRegistry(
+        templates={"broken": Template(name="broken", setup=("echo oops >&2; exit 9",))}
+    )
+    with SandboxServer(port=0, api_key=KEY, templates=reg) as srv:
+        with pytest.raises(Exception, match="exited 9"):
+            Sandbox.create(template="broken", **srv.sdk_kwargs())
+        assert srv.manager.sandboxes == {}
+
+
+def test_refuses_to_start_without_bubblewrap(monkeypatch):
+    import twinkle.sandbox.server as server_module
+
+    monkeypatch.setattr(server_module, "find_bwrap", lambda: None)
+    with pytest.raises(IsolationError, match="unisolated"):
+        SandboxServer(port=0, api_key=KEY)
+    with SandboxServer(port=0, api_key=KEY, unisolated=True) as srv:
+        assert not srv.isolated
+        sbx = Sandbox.create(**srv.sdk_kwargs())
+        sbx.files.write("/home/user/u.txt", "unisolated")
+        assert (
+            sbx.commands.run("cat u.txt; echo $HOME").stdout
+            == f"unisolated{srv.root / sbx.sandbox_id / 'home'}\n"
+        )
+        sbx.kill()
+
+
+def test_unreachable_root_is_a_clear_error(tmp_path):
+    if os.geteuid() != 0:  # only a root server drops to another uid that needs the path
+        tmp_path.chmod(0o700)
+        return
+    server = SandboxServer(port=0, api_key=KEY, root=tmp_path / "sandboxes")
+    with pytest.raises(ValueError, match="not reachable by the sandbox user"):
+        server.start()
+
+
+def test_runs_without_dropping_privileges_when_it_must(monkeypatch):
+    # Hosts that forbid unprivileged user namespaces: a root server keeps its own uid.
+    import twinkle.sandbox.server as server_module
+
+    found = server_module.find_bwrap()
+    assert found is not None
+    monkeypatch.setattr(server_module, "find_bwrap", lambda: (found[0], False))
+    with SandboxServer(port=0, api_key=KEY) as srv:
+        assert srv.isolated and srv.isolation.spawn_kwargs() == {}
+        sbx = Sandbox.create(**srv.sdk_kwargs())
+        sbx.files.write("/home/user/x.txt", "kept")
+        assert (
+            sbx.commands.run("cat x.txt; echo more >> x.txt; touch /etc/nope || true").stdout
+            == "kept"
+        )
+        assert sbx.files.read("/home/user/x.txt") == "keptmore\n"
+        assert not Path("/etc/nope").exists()
+
+
+def test_api_key_is_required(monkeypatch):
+    monkeypatch.delenv("E2B_API_KEY", raising=False)
+    with pytest.raises(ValueError, match="API key"):
+        SandboxServer(port=0)
+    monkeypatch.setenv("E2B_API_KEY", "from-env")
+    unstarted = SandboxServer(port=0)
+    assert not unstarted.root.exists()  # nothing on disk before start()
+    assert unstarted.env() == {
+        "E2B_API_URL": "http://127.0.0.1:0",
+        "E2B_SANDBOX_URL": "http://127.0.0.1:0",
+        "E2B_API_KEY": "from-env",
+    }
+    assert os.environ["E2B_API_KEY"] == "from-env"

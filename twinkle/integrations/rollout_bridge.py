@@ -1,0 +1,222 @@
+"""Bridge task environments and the rollouts: tasks in as trajectories, trajectories out as rewards.
+
+``APIMultiTurnRollout`` and ``MultiTurnRollout`` consume and return trajectory dicts
+(``messages``, ``tools``, ``id``, ``user_data``). This module turns task items into such
+dicts, recording which environment and task each came from in ``user_data``, and scores
+the rollouts' outputs with that environment: the action scored is the environment's
+``action_from_messages(messages)`` (the final assistant text; for ``code`` also every
+``write_file``/``submit_solution`` tool call), and the result is a ``SignalBundle`` per
+trajectory plus a flat ``{name: value}`` dict for tracking. Stdlib only.
+
+Functions the flow calls (exact signatures)::
+
+    trajectories_for(env_name: str, indices: Sequence[int] | None = None, *,
+                     adapter: str | None = None, system_prompt: str | None = None,
+                     tools: Sequence[dict] | None = None, **config) -> list[dict]
+
+    items_to_trajectories(items: Iterable[TaskItem], env_name: str, *,
+                          adapter: str | None = None, system_prompt: str | None = None,
+                          tools: Sequence[dict] | None = None) -> list[dict]
+
+    score_trajectories(trajectories: Sequence[dict], env_name: str | None = None, *,
+                       adapter: str | None = None,
+                       environments: Mapping[str, Environment] | None = None,
+                       default: float = 0.0, **config) -> list[dict]
+
+Each input trajectory carries ``user_data`` pairs ``("env", "tasks/math")``,
+``("task_index", 3)``, ``("task_id", "math-004")``, ``("ground_truth", "...")`` and
+``("id", "math/math-004")`` (values JSON-packed with ``pack_value``). ``env_name``, when
+given, overrides the trajectory's own. Each score dict has:
+
+* ``id``, ``env`` (``"adapter/name"``), ``task_index``;
+* ``bundle``: the :class:`~twinkle.core.signals.SignalBundle`;
+* ``rewards``: ``{"total": float, <signal name>: float | None, ...}``;
+* ``outcome``: ``correct`` / ``wrong`` / ``unparsed`` / ``error``;
+* ``extracted_answer``; ``stop_reason`` and ``truncated`` copied from the trajectory;
+* ``error``: why it could not be scored, or None.
+
+``score_trajectories`` never raises for a bad trajectory: it gets the ``default`` reward in
+a ``score_error`` signal, and the reason.
+
+Example:
+    >>> rows = trajectories_for("math", [0])
+    >>> rows[0]["messages"][-1]["role"], rows[0]["id"]
+    ('user', 'math/math-001')
+    >>> rows[0]["messages"].append({"role": "assistant", "content": "\\\\boxed{18}"})
+    >>> [s["rewards"]["total"] for s in score_trajectories(rows)]
+    [1.0]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from twinkle.core.state import Action
+from twinkle.data_format import message_text, pack_value, user_data_get
+from twinkle.integrations.dataset import DatasetProvider, TaskItem
+from twinkle.integrations.scorer import Scorer, ScoringResult, error_bundle
+
+__all__ = ["items_to_trajectories", "score_trajectories", "trajectories_for"]
+
+
+def items_to_trajectories(
+    items: Iterable[TaskItem],
+    env_name: str,
+    *,
+    adapter: str | None = None,
+    system_prompt: str | None = None,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """Rollout input rows for task items of environment ``env_name``.
+
+    ``tools`` (OpenAI function tools) are added to the environment's own; with none at
+    all, the row has no ``tools`` key and the rollout's tool manager decides.
+    """
+    qualified = f"{adapter}/{env_name}" if adapter else env_name
+    short = env_name.split("/")[-1]
+    rows = []
+    for item in items:
+        messages = [dict(m) for m in item.messages]
+        if system_prompt and not any(m.get("role") == "system" for m in messages):
+            messages.insert(0, {"role": "system", "content": system_prompt})
+        row_id = f"{short}/{item.task_id}"
+        row: dict[str, Any] = {
+            "id": row_id,
+            "messages": messages,
+            "user_data": [
+                ("id", pack_value(row_id)),
+                ("env", pack_value(qualified)),
+                ("task_index", pack_value(item.task_index)),
+                ("task_id", pack_value(item.task_id)),
+                ("ground_truth", pack_value(item.ground_truth if item.ground_truth is not None else "")),
+            ],
+        }
+        all_tools = [t.to_openai() for t in item.available_tools] + [dict(t) for t in tools or ()]
+        if all_tools:
+            row["tools"] = all_tools
+        rows.append(row)
+    return rows
+
+
+def trajectories_for(
+    env_name: str,
+    indices: Sequence[int] | None = None,
+    *,
+    adapter: str | None = None,
+    system_prompt: str | None = None,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    **config: Any,
+) -> list[dict[str, Any]]:
+    """Rollout input rows for tasks ``indices`` (all when None) of a registered environment."""
+    from twinkle.core.registry import environment_registry
+
+    adapter, name = environment_registry.resolve(env_name, adapter)
+    provider = DatasetProvider(environment_registry.get(name, adapter, **config))
+    return items_to_trajectories(
+        provider.get_items(indices), name, adapter=adapter, system_prompt=system_prompt, tools=tools
+    )
+
+
+def _final_text_action(messages: Sequence[Mapping[str, Any]]) -> Action:
+    for message in reversed(messages):
+        if isinstance(message, Mapping) and message.get("role") == "assistant":
+            return Action.from_text(message_text(message))
+    return Action.from_text("")
+
+
+def _score_dict(
+    traj: Any, env: str | None, index: Any, result: ScoringResult
+) -> dict[str, Any]:
+    ok = isinstance(traj, Mapping)
+    return {
+        "id": (traj.get("id") or user_data_get(traj.get("user_data"), "id")) if ok else None,
+        "env": env,
+        "task_index": index,
+        "bundle": result.bundle,
+        "rewards": {"total": result.total, **result.signals},
+        "outcome": result.outcome,
+        "extracted_answer": result.extracted_answer,
+        "stop_reason": traj.get("stop_reason") if ok else None,
+        "truncated": traj.get("truncated") if ok else None,
+        "error": result.error,
+    }
+
+
+def score_trajectories(
+    trajectories: Sequence[Mapping[str, Any]],
+    env_name: str | None = None,
+    *,
+    adapter: str | None = None,
+    environments: Mapping[str, Any] | None = None,
+    default: float = 0.0,
+    **config: Any,
+) -> list[dict[str, Any]]:
+    """Score rollout outputs with their task environments (see the module docstring).
+
+    Args:
+        trajectories: rollout outputs (or inputs with assistant turns appended).
+        env_name: score every trajectory with this environment instead of its own.
+        adapter: the adapter of ``env_name``.
+        environments: ready environments by ``"adapter/name"`` (or ``name``), used before
+            the registry, e.g. a ``ContainerEnvironment`` or a code environment with a
+            sandbox.
+        default: the reward of a trajectory that cannot be scored.
+        config: constructor arguments for environments built from the registry.
+    """
+    from twinkle.core.registry import environment_registry
+
+    built: dict[str, Any] = dict(environments or {})
+    out: list[dict[str, Any] | None] = [None] * len(trajectories)
+    groups: dict[str, list[tuple[int, Any, Any]]] = {}
+
+    def fail(k: int, env: str | None, index: Any, reason: str) -> None:
+        result = ScoringResult.from_bundle(error_bundle(reason, default), None, reason)
+        out[k] = _score_dict(trajectories[k], env, index, result)
+
+    def _environment(name: str) -> tuple[str, Any]:
+        if name in built:
+            return name, built[name]
+        owner, short = environment_registry.resolve(name, adapter)
+        key = f"{owner}/{short}"
+        if key not in built:
+            built[key] = built.get(short) or environment_registry.get(short, owner, **config)
+        return key, built[key]
+
+    for k, traj in enumerate(trajectories):
+        if not isinstance(traj, Mapping) or not isinstance(traj.get("messages"), list):
+            fail(k, env_name, None, "malformed trajectory: expected a dict with a 'messages' list")
+            continue
+        user_data = traj.get("user_data")
+        name = env_name or user_data_get(user_data, "env")
+        index = user_data_get(user_data, "task_index")
+        if not isinstance(name, str) or not name:
+            fail(k, None, index, "no environment: pass env_name or put 'env' in user_data")
+            continue
+        if not isinstance(index, int) or isinstance(index, bool):
+            fail(k, name, index, "no integer 'task_index' in user_data")
+            continue
+        try:
+            key, env = _environment(name)
+        except Exception as exc:  # noqa: BLE001 - unknown environment, bad config: this row fails, not the batch
+            fail(k, name, index, f"{type(exc).__name__}: {exc}")
+            continue
+        to_action = getattr(env, "action_from_messages", None) or _final_text_action
+        try:
+            action = to_action(traj["messages"])
+        except Exception as exc:  # noqa: BLE001 - a broken conversation is one failed row
+            fail(k, key, index, f"could not read the answer: {type(exc).__name__}: {exc}")
+            continue
+        groups.setdefault(key, []).append((k, index, action))
+
+    for key, members in groups.items():
+        try:
+            scorer = Scorer(built[key], default=default, workers=8)
+        except TypeError as exc:
+            for k, index, _ in members:
+                fail(k, key, index, str(exc))
+            continue
+        results = scorer.score_batch([m[1] for m in members], [m[2] for m in members])
+        for (k, index, _), result in zip(members, results):
+            out[k] = _score_dict(trajectories[k], key, index, result)
+    return [o for o in out if o is not None]

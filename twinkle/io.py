@@ -1,0 +1,252 @@
+"""Reading and writing row datasets: JSON Lines, JSON arrays and Parquet, chosen by extension.
+
+JSON through the standard library; Parquet through pyarrow (already a core dependency,
+and the format Hugging Face datasets and Arrow tooling exchange). Reading streams: JSONL
+line by line and Parquet batch by batch, so counting or filtering a large file never holds
+it whole. A file that cannot be read raises ``DatasetFormatError`` naming the file and,
+for JSON Lines, the line.
+
+Parquet needs one type per column. When rows disagree (a ``tool_calls`` that is a list in
+one message and a string in another), that column is stored as JSON text and listed in the
+file's ``twinkle.json_columns`` metadata; ``read_rows`` decodes it again, so rows round-trip.
+
+Example:
+    >>> import tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), 'rows.jsonl')
+    >>> write_rows(path, [{'id': 1, 'messages': []}])
+    1
+    >>> read_rows_list(path)
+    [{'id': 1, 'messages': []}]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "SUFFIXES",
+    "DatasetFormatError",
+    "count_rows",
+    "read_rows",
+    "read_rows_list",
+    "write_rows",
+]
+
+SUFFIXES = (".jsonl", ".json", ".parquet")
+_JSON_COLUMNS_KEY = b"twinkle.json_columns"
+_PARQUET_BATCH = 4096
+
+
+class DatasetFormatError(ValueError):
+    """A dataset file that cannot be read or written, with where and what to do.
+
+    Attributes:
+        path: the file.
+        line: 1-based line number for JSON Lines, else None.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], message: str, line: int | None = None) -> None:
+        self.path = str(path)
+        self.line = line
+        where = f"{self.path}:{line}" if line is not None else self.path
+        super().__init__(f"{where}: {message}")
+
+
+PathsLike = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+
+
+def _as_paths(paths: PathsLike) -> list[Path]:
+    if isinstance(paths, (str, os.PathLike)):
+        return [Path(paths)]
+    return [Path(p) for p in paths]
+
+
+def _kind(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix not in SUFFIXES:
+        raise DatasetFormatError(
+            path, f"unsupported file type {suffix or '(none)'!r}; use one of {', '.join(SUFFIXES)}"
+        )
+    return suffix
+
+
+def read_rows(paths: PathsLike) -> Iterator[dict[str, Any]]:
+    """Yield the rows of one or more files in order (``.jsonl``, ``.json``, ``.parquet``).
+
+    A ``.json`` file may hold one JSON array of rows or JSON Lines. Every row must be a JSON
+    object; blank lines are skipped. Raises ``DatasetFormatError`` (file and line) on the
+    first broken line, and ``FileNotFoundError`` for a missing file.
+    """
+    for path in _as_paths(paths):
+        kind = _kind(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such file")
+        if kind == ".parquet":
+            yield from _read_parquet(path)
+        else:
+            yield from _read_json(path)
+
+
+def read_rows_list(paths: PathsLike) -> list[dict[str, Any]]:
+    """All rows of ``paths`` as a list (see ``read_rows``)."""
+    return list(read_rows(paths))
+
+
+def _object(path: Path, value: Any, line: int | None) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise DatasetFormatError(
+            path,
+            f"expected a JSON object (one row), got {type(value).__name__}; "
+            'each row must be an object such as {"messages": [...]}',
+            line,
+        )
+    return value
+
+
+def _read_json(path: Path) -> Iterator[dict[str, Any]]:
+    with open(path, "rb") as f:
+        head = f.read(64).lstrip()
+        f.seek(0)
+        if path.suffix.lower() == ".json" and head.startswith(b"["):
+            try:
+                data = json.load(f)
+            except (ValueError, UnicodeDecodeError) as exc:
+                line = getattr(exc, "lineno", None)
+                raise DatasetFormatError(
+                    path, f"invalid JSON ({exc}); fix the file or convert it to JSON Lines", line
+                ) from exc
+            for value in data:
+                yield _object(path, value, None)
+            return
+        for lineno, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                value = json.loads(raw)
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise DatasetFormatError(
+                    path, f"invalid JSON ({exc}); fix or remove this line and run again", lineno
+                ) from exc
+            yield _object(path, value, lineno)
+
+
+def _read_parquet(path: Path) -> Iterator[dict[str, Any]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+        meta = pf.schema_arrow.metadata or {}
+        json_columns = set(json.loads(meta.get(_JSON_COLUMNS_KEY, b"[]")))
+        for batch in pf.iter_batches(batch_size=_PARQUET_BATCH):
+            for row in batch.to_pylist():
+                for col in json_columns:
+                    if isinstance(row.get(col), str):
+                        row[col] = json.loads(row[col])
+                yield row
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise DatasetFormatError(
+            path, f"cannot read Parquet ({exc}); check that the file is complete and really Parquet"
+        ) from exc
+
+
+def count_rows(paths: PathsLike) -> int:
+    """Number of rows in ``paths`` without decoding them (Parquet metadata, non-blank lines).
+
+    A ``.json`` array is parsed to count it.
+    """
+    total = 0
+    for path in _as_paths(paths):
+        kind = _kind(path)
+        if kind == ".parquet":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            try:
+                total += pq.ParquetFile(path).metadata.num_rows
+            except (pa.ArrowException, OSError) as exc:
+                raise DatasetFormatError(path, f"cannot read Parquet metadata ({exc})") from exc
+            continue
+        with open(path, "rb") as f:
+            head = f.read(64).lstrip()
+            f.seek(0)
+            if kind == ".json" and head.startswith(b"["):
+                total += sum(1 for _ in _read_json(path))
+            else:
+                total += sum(1 for raw in f if raw.strip())
+    return total
+
+
+def write_rows(path: str | os.PathLike[str], rows: Iterable[Any]) -> int:
+    """Write rows to ``path`` (format by extension) and return how many were written.
+
+    The file is written beside the target and renamed into place, so a failed run never
+    leaves a half-written output. Parent directories are created.
+    """
+    target = Path(path)
+    kind = _kind(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    try:
+        if kind == ".parquet":
+            n = _write_parquet(tmp, list(rows))
+        else:
+            n = _write_json(tmp, rows, array=kind == ".json")
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return n
+
+
+def _dumps(row: Any) -> str:
+    return json.dumps(row, ensure_ascii=False, default=str)
+
+
+def _write_json(path: Path, rows: Iterable[Any], array: bool) -> int:
+    n = 0
+    with open(path, "w", encoding="utf-8", errors="surrogatepass") as f:
+        if array:
+            f.write("[\n")
+        for row in rows:
+            if array and n:
+                f.write(",\n")
+            f.write(_dumps(row))
+            if not array:
+                f.write("\n")
+            n += 1
+        if array:
+            f.write("\n]\n")
+    return n
+
+
+def _write_parquet(path: Path, rows: list[Any]) -> int:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    keys: dict[str, None] = {}
+    for row in rows:
+        if isinstance(row, dict):
+            keys.update(dict.fromkeys(row))
+    arrays, json_columns = [], []
+    for key in keys:
+        values = [row.get(key) if isinstance(row, dict) else None for row in rows]
+        try:
+            arrays.append(pa.array(values))
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            # Mixed types across rows: keep the column as JSON text and say so in the metadata.
+            arrays.append(
+                pa.array([None if v is None else _dumps(v) for v in values], type=pa.string())
+            )
+            json_columns.append(key)
+    table = pa.Table.from_arrays(arrays, names=list(keys)) if keys else pa.table({})
+    if json_columns:
+        table = table.replace_schema_metadata(
+            {_JSON_COLUMNS_KEY: json.dumps(json_columns).encode()}
+        )
+    pq.write_table(table, path)
+    return len(rows)

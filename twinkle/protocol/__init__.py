@@ -1,0 +1,35 @@
+"""Chat-completion clients: the ``API`` contract, ``OpenAI`` and ``ReplayAPI``.
+
+The seed imports from the submodules (``twinkle.protocol.base``, ``twinkle.protocol.openai``,
+``twinkle.protocol.replay``); the names are also available here, loaded on first access.
+None of these modules imports the ``openai`` SDK until a client makes its first call.
+
+Example:
+    >>> from twinkle.protocol import API, OpenAI
+    >>> issubclass(OpenAI, API)
+    True
+"""
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from twinkle.protocol.base import API, APICallError, Completion
+    from twinkle.protocol.openai import OpenAI
+    from twinkle.protocol.replay import ReplayAPI
+
+_LAZY = {
+    "API": "twinkle.protocol.base",
+    "APICallError": "twinkle.protocol.base",
+    "Completion": "twinkle.protocol.base",
+    "OpenAI": "twinkle.protocol.openai",
+    "ReplayAPI": "twinkle.protocol.replay",
+}
+
+__all__ = ["API", "APICallError", "Completion", "OpenAI", "ReplayAPI"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'twinkle.protocol' has no attribute {name!r}")

@@ -1,0 +1,213 @@
+"""The ``Rollout`` contract and what both rollouts share: input checks, stop reasons, the
+per-turn log, and running a coroutine from synchronous code.
+
+Stop reasons (``stop_reason`` on every output trajectory), the same in both rollouts:
+
+=================  ==================================================================  =========
+reason             meaning                                                             truncated
+=================  ==================================================================  =========
+``stop``           the model answered without tool calls (natural end)                 False
+``length``         the model hit its token limit, or ``max_trajectory_tokens`` was     True
+                   reached
+``max_turns``      the model still wanted tools after ``max_turns`` turns; those       True
+                   calls are not executed
+``api_error``      the model call failed after its retries, or a tool raised (a        True
+                   ``ToolManager`` never raises; other callables may)
+``invalid_input``  the trajectory was malformed (no messages, unknown roles...)        False
+``abort``          passed through from a sampler that aborted the request              True
+``error``          the sampler failed, or an unexpected internal error                 True
+=================  ==================================================================  =========
+
+When something failed, ``error`` holds ``"<ExcType>: <message>"``.
+
+Per-turn log (``turn_log`` on every output trajectory; MLflow tracing turns each entry into
+an LLM or TOOL span). Entries are plain dicts, in the order things happened::
+
+    {'type': 'llm', 'turn': 1,            # one model call (1-based turn)
+     'start_ns': 1764471234000000000,     # wall clock (time.time_ns()) when the call began
+     'latency_s': 0.052,                  # seconds until the reply (retries included)
+     'prompt_tokens': 812,                # from the server's usage / the prompt length; or None
+     'completion_tokens': 40,             # or None
+     'finish_reason': 'tool_calls',       # as reported; None when the call failed
+     'attempts': 1,                       # HTTP attempts (API rollout) / 1 (sampler)
+     'error': None}                       # '<ExcType>: <message>' when the call failed
+    {'type': 'tool', 'turn': 1,           # one tool call
+     'name': 'get_weather',               # None when the model gave no name
+     'arguments': '{"city": "Oslo"}',     # as the model sent them (a JSON string)
+     'tool_call_id': 'call_1_0',
+     'start_ns': 1764471234060000000, 'latency_s': 0.003,
+     'error': False,                      # True when the result is an 'Error: ...' string,
+                                          # the tool raised, or it timed out
+     'output_chars': 27}
+
+``MultiTurnRollout`` samples a whole batch in one call; its ``llm`` entries carry the
+batch's latency and add ``'batch_size'``.
+
+Example:
+    >>> class Nothing(Rollout):
+    ...     def __call__(self, trajectories, **kwargs):
+    ...         return [dict(t, turns=0, stop_reason='stop', truncated=False) for t in check_batch(trajectories)]
+    >>> Nothing()([{'messages': [{'role': 'user', 'content': 'hi'}]}])[0]['stop_reason']
+    'stop'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from twinkle.data_format import Trajectory
+
+T = TypeVar("T")
+
+STOP_REASONS = ("stop", "length", "max_turns", "api_error", "invalid_input", "abort", "error")
+VALID_ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
+
+
+class Rollout(ABC):
+    """A rollout takes trajectories and returns as many, in order, with rollout fields added.
+
+    Example:
+        >>> class Echo(Rollout):
+        ...     def __call__(self, trajectories, **kwargs):
+        ...         return [dict(t, turns=0) for t in trajectories]
+        >>> Echo()([{'messages': []}])
+        [{'messages': [], 'turns': 0}]
+    """
+
+    @abstractmethod
+    def __call__(self, trajectories: list[Trajectory], **kwargs: Any) -> list[Trajectory]:
+        raise NotImplementedError()
+
+
+def check_batch(trajectories: Any) -> list[Any]:
+    """The batch as a list; a single trajectory or a non-list raises TypeError."""
+    if isinstance(trajectories, dict):
+        raise TypeError(
+            "rollout expects a List[Trajectory]; wrap a single trajectory as [trajectory]."
+        )
+    if not isinstance(trajectories, (list, tuple)):
+        raise TypeError(f"rollout expects a List[Trajectory], got {type(trajectories).__name__}")
+    return list(trajectories)
+
+
+def resolve_tool_managers(tool_manager: Any, n: int) -> list[Any]:
+    """One tool manager per trajectory, from a single manager or a list aligned 1:1."""
+    if tool_manager is None:
+        raise ValueError(
+            "tool_manager is required but was not provided; pass it to the "
+            "constructor or the call (one manager, or a list aligned with the trajectories)."
+        )
+    if isinstance(tool_manager, (list, tuple)):
+        if len(tool_manager) != n:
+            raise ValueError(
+                f"per-call tool_manager list length ({len(tool_manager)}) does not match "
+                f"number of trajectories ({n})"
+            )
+        return list(tool_manager)
+    return [tool_manager] * n
+
+
+def input_problem(trajectory: Any) -> str | None:
+    """Why ``trajectory`` cannot be rolled out, or None when it is well formed."""
+    if not isinstance(trajectory, dict):
+        return f"trajectory must be a dict, got {type(trajectory).__name__}"
+    messages = trajectory.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "trajectory has no messages"
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            return f"message {i} is a {type(message).__name__}, not a dict"
+        if message.get("role") not in VALID_ROLES:
+            allowed = sorted(VALID_ROLES)
+            return f"message {i} has role {message.get('role')!r}; expected one of {allowed}"
+    tools = trajectory.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        return f"'tools' must be a list, got {type(tools).__name__}"
+    return None
+
+
+def invalid_output(trajectory: Any, problem: str) -> Trajectory:
+    """The output for a trajectory that could not be rolled out."""
+    base = dict(trajectory) if isinstance(trajectory, dict) else {}
+    messages = base.get("messages")
+    base.update(
+        messages=list(messages) if isinstance(messages, list) else [],
+        turns=0,
+        stop_reason="invalid_input",
+        truncated=False,
+        error=f"InvalidTrajectory: {problem}",
+        turn_log=[],
+    )
+    return base
+
+
+def blocking_call(manager: Any, call: Any) -> bool:
+    """Whether a tool call must run in a worker thread: yes, unless the manager says it
+    cannot block."""
+    check = getattr(manager, "is_blocking", None)
+    return True if check is None else bool(check(call))
+
+
+def error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def llm_entry(turn: int, start_ns: int, started: float, **fields: Any) -> dict[str, Any]:
+    """A ``turn_log`` entry for one model call (see the module docstring)."""
+    entry = {
+        "type": "llm",
+        "turn": turn,
+        "start_ns": start_ns,
+        "latency_s": time.perf_counter() - started,
+        "prompt_tokens": None,
+        "completion_tokens": None,
+        "finish_reason": None,
+        "attempts": 1,
+        "error": None,
+    }
+    entry.update(fields)
+    return entry
+
+
+def tool_entry(
+    turn: int, call: Any, call_id: str, start_ns: int, started: float, result: str, error: bool
+) -> dict[str, Any]:
+    """A ``turn_log`` entry for one tool call (see the module docstring)."""
+    function = call.get("function") if isinstance(call, dict) else None
+    function = function if isinstance(function, dict) else {}
+    arguments = function.get("arguments")
+    if arguments is not None and not isinstance(arguments, str):
+        import json
+
+        arguments = json.dumps(arguments, ensure_ascii=False, default=str)
+    name = function.get("name")
+    return {
+        "type": "tool",
+        "turn": turn,
+        "name": name if isinstance(name, str) else None,
+        "arguments": arguments,
+        "tool_call_id": call_id,
+        "start_ns": start_ns,
+        "latency_s": time.perf_counter() - started,
+        "error": error,
+        "output_chars": len(result),
+    }
+
+
+def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine`` to completion from synchronous code.
+
+    With no loop running, ``asyncio.run``; inside a running loop (a notebook, an async
+    caller) the coroutine gets its own loop in a worker thread rather than failing.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()

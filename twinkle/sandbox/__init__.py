@@ -1,0 +1,37 @@
+"""A local E2B-compatible sandbox server, isolated with bubblewrap.
+
+The unmodified ``e2b`` SDK (and so :class:`twinkle.envs.AgentEnv`) talks to it exactly as to
+E2B or AgentENV: it serves E2B's control plane (create, connect, set timeout, kill, list,
+info) and the in-sandbox daemon's protocol (process start with streamed output, stdin,
+signals; file read, write, list, stat, make-dir, move, remove) on one loopback port. Each
+command runs under bubblewrap with a read-only host root, the sandbox's private writable
+``/home/user`` and ``/tmp``, its own PID/user/mount namespaces, no network unless the
+template allows it, and per-process memory, CPU-time and process-count limits. Killing a
+sandbox (or its timeout, or server shutdown) kills every process group it started.
+
+Use from Python (tests start it in-process on port 0)::
+
+    from twinkle.sandbox import SandboxServer
+
+    with SandboxServer(port=0, api_key='k', templates=None) as srv:
+        srv.url        # 'http://127.0.0.1:41234', for api_url and sandbox_url alike
+        srv.env()      # E2B_API_URL / E2B_SANDBOX_URL / E2B_API_KEY, for os.environ
+        sbx = e2b.Sandbox.create(**srv.sdk_kwargs())    # api_url, sandbox_url, api_key
+        env = AgentEnv(template='base', api_url=srv.url, api_key='k')
+
+or from the shell: ``twinkle sandbox serve --port 49983 --api-key k [--templates t.yaml]``.
+
+The SDK must be given a sandbox URL equal to the API URL (``sandbox_url=`` or
+``E2B_SANDBOX_URL``); otherwise it sends command traffic to E2B's public cloud. ``AgentEnv``
+and :meth:`SandboxServer.env` take care of that.
+
+Differences from a microVM: every command gets fresh namespaces, so a process left running
+in the background by one command ends with that command (use ``background=True`` for
+servers), and processes of different commands do not see each other.
+"""
+
+from twinkle.sandbox.isolation import IsolationError
+from twinkle.sandbox.server import SandboxServer
+from twinkle.sandbox.templates import BASE_TEMPLATE, Template, TemplateRegistry
+
+__all__ = ["BASE_TEMPLATE", "IsolationError", "SandboxServer", "Template", "TemplateRegistry"]

@@ -1,0 +1,215 @@
+"""How a sandbox command is started: under bubblewrap, or (opt-in only) as a plain process.
+
+bubblewrap (``bwrap``) gives each command a read-only view of the host root, the sandbox's
+own writable ``/home/user`` and ``/tmp``, fresh PID/IPC/UTS/mount/user namespaces and no
+network unless the template allows it. It runs unprivileged, so a plain ``asyncio``
+subprocess per command is enough: no daemon, no root filesystem copy, a few milliseconds
+per start. Limits are resource limits set inside the new user namespace, where the
+sandbox cannot raise them again; there the process limit counts only that namespace's
+processes (Linux 5.14+), so one sandbox's fork bomb cannot starve another.
+
+The host uid the sandbox runs as must not be root: the kernel exempts root from the
+process limit. A server started as root therefore runs its sandboxes as ``nobody``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from twinkle.sandbox.templates import Template
+
+log = logging.getLogger(__name__)
+
+#: Where the sandbox's private directories appear inside it.
+SANDBOX_HOME = "/home/user"
+SANDBOX_TMP = "/tmp"
+#: The uid/gid the sandbox sees itself as (E2B's ``user``).
+SANDBOX_UID = 1000
+#: The host uid a root server runs sandboxes as (``nobody``).
+UNPRIVILEGED_UID = 65534
+
+# Set inside the sandbox's namespaces before the command runs. Soft and hard limits are both
+# set, and the sandbox holds no capability that could raise them.
+_LIMITS = "ulimit -S -H -c 0 {nproc}-v {vmem_kb} -t {cpu} || exit 126"
+
+
+# Replaces /etc/profile inside sandboxes (read by the SDK's `bash -l`). Debian's own forks
+# `id -u` on every login shell, which cost a third of a short command's time; the sandbox user
+# is never root, so its branch is fixed here. /etc/profile.d scripts still run.
+ETC_PROFILE = """\
+PATH="/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games"
+export PATH
+if [ -d /etc/profile.d ]; then
+  for i in /etc/profile.d/*.sh; do
+    if [ -r "$i" ]; then . "$i"; fi
+  done
+  unset i
+fi
+"""
+
+
+class IsolationError(RuntimeError):
+    """bubblewrap is missing or cannot create namespaces here."""
+
+
+def find_bwrap() -> tuple[str, bool] | None:
+    """``(path, drop_privileges)`` of a ``bwrap`` that can start sandboxes here, or None.
+
+    As root, sandboxes run as ``nobody`` when unprivileged user namespaces allow it
+    (``drop_privileges`` True); otherwise as root inside their namespaces, where the process
+    limit does not hold (a warning is logged).
+    """
+    path = shutil.which("bwrap")
+    if path is None:
+        return None
+    probe = [
+        path,
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--unshare-all",
+        "--die-with-parent",
+        "true",
+    ]
+    for drop in (True, False) if os.geteuid() == 0 else (False,):
+        try:
+            done = subprocess.run(
+                probe, capture_output=True, timeout=10, check=False, **_drop_kwargs(drop)
+            )
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if done.returncode == 0:
+            if os.geteuid() == 0 and not drop:
+                log.warning(
+                    "bwrap works only as root here: sandboxes run as root in their "
+                    "namespaces and the process limit does not apply"
+                )
+            return path, drop
+    return None
+
+
+def _drop_kwargs(drop: bool) -> dict[str, object]:
+    if not drop:
+        return {}
+    return {"user": UNPRIVILEGED_UID, "group": UNPRIVILEGED_UID, "extra_groups": []}
+
+
+def _with_limits(limits: str, cmd: str, args: list[str]) -> list[str]:
+    """``cmd args`` with the limits applied first.
+
+    The SDK runs everything as ``/bin/bash -l -c <command>``: the limits then go in front of
+    the command on its first line (no extra process, same line numbers in error messages).
+    Anything else is wrapped in a small bash that sets them and execs it.
+    """
+    if cmd in ("/bin/bash", "bash") and "-c" in args[:-1]:
+        at = args.index("-c") + 1
+        return [cmd, *args[:at], f"{limits}; {args[at]}", *args[at + 1 :]]
+    return ["/bin/bash", "-c", f'{limits}; exec "$@"', "sandbox", cmd, *args]
+
+
+@dataclass(frozen=True, slots=True)
+class Isolation:
+    """Builds the argv that runs one command of one sandbox.
+
+    Args:
+        bwrap: path of the ``bwrap`` binary, or None to run commands unisolated (unsafe;
+            opt-in only: the command sees and can write the whole host as the server user).
+        server_root: the directory holding every sandbox (hidden inside sandboxes).
+        drop_privileges: a root server runs sandboxes as ``nobody`` (see ``find_bwrap``).
+
+    Example:
+        >>> iso = Isolation(bwrap=None, server_root=Path('/tmp/x'))
+        >>> iso.argv(Template(name='base'), Path('/tmp/x/s1'), '/bin/true', [], '/home/user')[-1]
+        '/bin/true'
+    """
+
+    bwrap: str | None
+    server_root: Path
+    drop_privileges: bool = False
+
+    def spawn_kwargs(self) -> dict[str, object]:
+        """``subprocess`` keyword arguments that start commands as the sandbox's host user."""
+        return _drop_kwargs(self.isolated and self.drop_privileges and os.geteuid() == 0)
+
+    def owner(self) -> tuple[int, int]:
+        """The host uid/gid that owns a sandbox's files, so that its commands can write them."""
+        if self.spawn_kwargs():
+            return UNPRIVILEGED_UID, UNPRIVILEGED_UID
+        return os.geteuid(), os.getegid()
+
+    @property
+    def isolated(self) -> bool:
+        return self.bwrap is not None
+
+    def argv(
+        self, template: Template, sandbox_dir: Path, cmd: str, args: list[str], cwd: str
+    ) -> list[str]:
+        """The full argv: bwrap's mounts and namespaces, the limits, then ``cmd args``."""
+        limits = _LIMITS.format(
+            # Unisolated, the process limit would count all of the server user's processes.
+            nproc=f"-u {template.max_processes} " if self.isolated else "",
+            vmem_kb=template.memory_mb * 1024,
+            cpu=template.cpu_seconds,
+        )
+        inner = _with_limits(limits, cmd, args)
+        if self.bwrap is None:
+            return inner
+        out = [self.bwrap, "--ro-bind", template.root, "/", "--dev", "/dev", "--proc", "/proc"]
+        # Hide everything that is not this sandbox's: all sandboxes, other homes, root's home.
+        for hidden in (str(self.server_root), "/home", "/root"):
+            if Path(template.root, hidden.lstrip("/")).is_dir():
+                out += ["--tmpfs", hidden]
+        profile = self.server_root / ".etc-profile"
+        if template.root == "/" and profile.is_file():
+            out += ["--ro-bind", str(profile), "/etc/profile"]
+        out += [
+            "--bind",
+            str(sandbox_dir / "home"),
+            SANDBOX_HOME,
+            "--bind",
+            str(sandbox_dir / "tmp"),
+            SANDBOX_TMP,
+            "--unshare-all",
+            "--uid",
+            str(SANDBOX_UID),
+            "--gid",
+            str(SANDBOX_UID),
+            "--hostname",
+            "sandbox",
+            "--die-with-parent",
+            "--chdir",
+            cwd,
+        ]
+        if template.network:
+            out.append("--share-net")
+        return out + ["--", *inner]
+
+    def check_root(self) -> None:
+        """ValueError if the sandbox user cannot reach ``server_root`` (bwrap binds by path)."""
+        if not self.spawn_kwargs():
+            return
+        for directory in (self.server_root, *self.server_root.parents):
+            mode = directory.stat().st_mode
+            if not mode & 0o001 and directory.stat().st_uid != UNPRIVILEGED_UID:
+                raise ValueError(
+                    f"sandbox root {self.server_root} is not reachable by the sandbox user (uid "
+                    f"{UNPRIVILEGED_UID}): {directory} is not world-searchable; choose a root "
+                    "under "
+                    "a directory such as /tmp or /var/lib"
+                )
+
+    def host_path(self, sandbox_dir: Path, path: str) -> Path:
+        """Unisolated mode only: where a sandbox path lives on the host."""
+        for prefix, sub in ((SANDBOX_HOME, "home"), (SANDBOX_TMP, "tmp")):
+            if path == prefix or path.startswith(prefix + "/"):
+                return sandbox_dir / sub / path[len(prefix) :].lstrip("/")
+        return Path(path)
