@@ -113,6 +113,9 @@ def tracking_target(tracking_uri: str | None, artifact_location: str | None) -> 
     ``./mlflow.db`` with artifacts in ``./mlruns`` (absolute paths)."""
     tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if tracking_uri:
+        if artifact_location is None and tracking_uri.startswith("sqlite:///"):
+            # Beside the database, never relative to whatever directory the flow runs in.
+            artifact_location = str(Path(tracking_uri[len("sqlite:///"):]).resolve().parent / "mlruns")
         return tracking_uri, artifact_location
     cwd = Path.cwd().resolve()
     return f"sqlite:///{cwd / 'mlflow.db'}", artifact_location or str(cwd / "mlruns")

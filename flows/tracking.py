@@ -12,6 +12,9 @@ Example:
 
 from __future__ import annotations
 
+import multiprocessing
+import threading
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from prefect import task
@@ -24,6 +27,24 @@ from flows.params import TrackingParams
 
 _IO = dict(retries=2, retry_delay_seconds=[1, 5], cache_policy=NO_CACHE, persist_result=False)
 
+# Traces are written by one helper process per flow-run process: writing them is CPU-bound
+# SQLAlchemy work (~15 ms per trace) that would otherwise hold the GIL while rollouts of
+# other shards wait on sandboxes and the model. Spawned (not forked: the flow process runs
+# threads and event loops) and warmed up when tracking starts, so its imports overlap curation.
+_WRITER: ProcessPoolExecutor | None = None
+_WRITER_LOCK = threading.Lock()
+
+
+def trace_writer_process() -> ProcessPoolExecutor:
+    global _WRITER
+    with _WRITER_LOCK:
+        if _WRITER is None:
+            from twinkle.tracking.traces import warm_up
+
+            _WRITER = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+            _WRITER.submit(warm_up)
+        return _WRITER
+
 
 @task(name="start-tracking", task_run_name="start-tracking", **_IO)
 def start_tracking(tracking: TrackingParams, run_key: str, flow_name: str,
@@ -33,6 +54,7 @@ def start_tracking(tracking: TrackingParams, run_key: str, flow_name: str,
 
     uri, artifacts = tracking_target(tracking.tracking_uri, tracking.artifact_location)
     tracker = MLflowTracker(uri, experiment=tracking.experiment, artifact_location=artifacts)
+    trace_writer_process()  # start the trace writer now; it imports MLflow while curation runs
     run_id = tracker.start_run(run_key, name=f"{flow_name}-{run_key[:8]}", params=params,
                                tags={"twinkle.flow": flow_name})
     return Tracking(tracker=tracker, run_id=run_id, run_key=run_key)
@@ -76,16 +98,18 @@ def trace_trajectories(tracking: Tracking, stage: str, scored: dict[str, Any],
     Runs per shard as soon as the shard is scored, so tracing overlaps the rollouts of the
     shards still in flight instead of adding to the stage's wall time.
     """
-    writer = tracking.tracker.trace_writer(stage, session=tracking.run_key, dataset=dataset,
-                                           sample_rate=settings.trace_sample_rate,
-                                           max_spans=settings.max_spans_per_trace,
-                                           max_payload_chars=settings.max_payload_chars)
-    # Position in the whole batch + id: unique even when ids repeat, stable for the same inputs.
+    from twinkle.tracking.traces import write_trace_batch
+
     trajectories = scored["trajectories"]
+    # Position in the whole batch + id: unique even when ids repeat, stable for the same inputs.
     keys = [f"{offset + i}:{trajectory_key(t, offset + i)}" for i, t in enumerate(trajectories)]
-    report = writer.write(trajectories, [t.get("rewards") for t in trajectories], keys=keys)
-    return {"written": report.written, "existing": report.skipped_existing, "unsampled": report.unsampled,
-            "spans": report.spans, "seconds": report.seconds}
+    tracker = tracking.tracker
+    return trace_writer_process().submit(
+        write_trace_batch, tracker.tracking_uri, tracker.experiment_id, tracking.run_key, trajectories,
+        [t.get("rewards") for t in trajectories], keys, run_id=stage, dataset=dataset,
+        sample_rate=settings.trace_sample_rate, max_spans=settings.max_spans_per_trace,
+        max_payload_chars=settings.max_payload_chars,
+    ).result()
 
 
 @task(name="log-rollout", task_run_name="log-rollout", **_IO)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -77,12 +78,25 @@ def test_tool_names_reach_the_tool_manager(pool):
     )
 
 
+def _wait_until_dead(actor, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.tools.remote(), timeout=5)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.05)
+    raise AssertionError("the killed shard actor is still answering")
+
+
 def test_a_dead_shard_ends_only_its_episodes(pool):
     # Runs last in this module: it kills shard 1 (slots 3 and 4) of the shared pool.
     a, b = pool.get_adapters()[0], pool.get_adapters()[4]
     a.reset(target=1)
     b.reset(target=1)
-    ray.kill(pool._shards[1])
+    shard = pool._shards[1]
+    ray.kill(shard, no_restart=True)
+    _wait_until_dead(shard)  # ray.kill is asynchronous: a step could still reach the actor
     broken = b.step("guess", {"guess": 1})
     assert broken.done and broken.observation.startswith("Error: ") and "error" in broken.info
     assert a.step("guess", {"guess": 1}).reward == 1.0

@@ -176,3 +176,12 @@ def test_models_endpoint(server):
 
     client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
     assert [m.id for m in client.models.list()] == ["twinkle-test"]
+
+
+def test_server_in_its_own_process():
+    from twinkle.testing.openai_server import OpenAIServer
+
+    with OpenAIServer.subprocess(delay_ms=10, policy="judge") as server:
+        assert server.base_url.endswith("/v1")
+        api = OpenAI("m", api_key="x", base_url=server.base_url, max_retries=0)
+        assert api(USER, SamplingParams())["content"].startswith("Score: 8/10")

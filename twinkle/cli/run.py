@@ -48,7 +48,8 @@ def _quiet() -> None:
 @click.option("--input", "inputs", multiple=True, type=click.Path(dir_okay=False),
               help="Conversation files (JSONL/Parquet); default: the bundled examples/conversations.jsonl.")
 @click.option("--tasks", "tasks", multiple=True,
-              help="Task environments to roll out (math, multiple_choice, code); need --base-url/--model.")
+              help="Task environments to roll out (math, multiple_choice, code; all of them when a model "
+                   "is given and none is named); need --base-url/--model.")
 @click.option("--output", "output", default="twinkle-out", show_default=True, type=click.Path(file_okay=False),
               help="Output directory (curated data, trajectories, cached stage results).")
 @click.option("--base-url", default=None, help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1.")
@@ -82,13 +83,14 @@ def run(inputs, tasks, output, base_url, model, api_key_env, sandbox_url, tracki
     cwd = Path.cwd().resolve()
     uri = tracking_uri or f"sqlite:///{cwd / 'mlflow.db'}"
     curation = CurationParams(**({"inputs": [str(Path(p).resolve()) for p in inputs]} if inputs else {}))
+    # Named tasks; with a model but no names, every bundled task environment; without a model, none.
+    task_kw = {"tasks": list(tasks)} if tasks else ({} if base_url else {"tasks": []})
     rollout = RolloutParams(
-        tasks=list(tasks), max_turns=max_turns, concurrency=concurrency,
+        **task_kw, max_turns=max_turns, concurrency=concurrency,
         policy=PolicyParams(base_url=base_url, model=model, api_key_env=api_key_env),
         sandbox=SandboxParams(api_url=sandbox_url),
     )
-    tracking = TrackingParams(tracking_uri=uri, artifact_location=None if tracking_uri else str(cwd / "mlruns"),
-                              trace_sample_rate=trace_sample_rate)
+    tracking = TrackingParams(tracking_uri=uri, trace_sample_rate=trace_sample_rate)
     runp = RunParams(output_dir=str(Path(output).resolve()), ray_address=ray_address, refresh_cache=fresh)
     try:
         summary = pipeline_flow(curation=curation, rollout=rollout, tracking=tracking, run=runp)

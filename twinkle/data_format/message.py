@@ -59,6 +59,8 @@ class Trajectory(TypedDict, total=False):
     input_ids: list[int]
     labels: list[int]
     logprobs: list[float]
+    turn_log: list[dict[str, Any]]  # per model/tool call timings (see twinkle.rollout.base)
+    error: str
 
 
 # Hiragana, katakana, CJK unified ideographs (+ extension A), hangul syllables and jamo.

@@ -47,6 +47,13 @@ FILTERS: dict[str, tuple[str, str, bool]] = {
 #: The documented order: global dedup first, then the rule filters, then normalisation.
 DEFAULT_FILTERS: tuple[str, ...] = ("dedup", "hard", "deadloop", "refuse", "soup", "normalize")
 
+#: Constructor keywords used unless ``params`` overrides them. HardFilter's length caps are
+#: off by default in the class (as documented); a chain run on raw logs wants the seed's
+#: example limits so that a runaway round is dropped instead of reaching the trainer.
+DEFAULT_PARAMS: dict[str, dict[str, Any]] = {
+    "hard": {"max_chars_per_round": 50_000, "max_total_chars": 200_000},
+}
+
 
 @dataclass(slots=True)
 class Stage:
@@ -89,7 +96,8 @@ def build_pipeline(
     stages = []
     for name in names:
         module, cls, is_global = FILTERS[name]
-        step = getattr(import_module(module), cls)(**dict(params.get(name, {})))
+        kwargs = {**DEFAULT_PARAMS.get(name, {}), **params.get(name, {})}
+        step = getattr(import_module(module), cls)(**kwargs)
         stages.append(Stage(name, step, is_global))
     return stages
 

@@ -62,15 +62,27 @@ class Strategy(str, Enum):
 
 #: Entities found by spaCy NER (en) or jieba tags (zh); rewritten with Faker pseudonyms.
 NAME_ENTITIES = ("PERSON", "LOCATION", "ORGANIZATION")
-#: Identifier entities; they take ``default_strategy`` (mask unless told otherwise).
+#: Identifier entities with a strong shape (checksum, fixed prefix, dotted quad, separators):
+#: they take ``default_strategy`` (mask unless told otherwise) and are the only ones looked
+#: for in commands, code, paths and other non-prose tool text.
 IDENTIFIER_ENTITIES = (
     "PHONE_NUMBER",
     "IP_ADDRESS",
     "CREDIT_CARD",
     "IBAN_CODE",
     "CRYPTO",
-    "US_BANK_NUMBER",
     "US_SSN",
+    "CN_ID",
+    "CN_PHONE",
+    "CN_LANDLINE",
+    "CN_BANK",
+    "API_KEY",
+)
+#: Presidio recognizers that fire on ordinary digits or short codes (file-name numbers, ports,
+#: counts). Off by default; ``entity_strategy={'US_BANK_NUMBER': 'mask'}`` turns one on, and
+#: then only for natural-language text.
+WEAK_ENTITIES = (
+    "US_BANK_NUMBER",
     "US_ITIN",
     "US_PASSPORT",
     "US_DRIVER_LICENSE",
@@ -84,12 +96,10 @@ IDENTIFIER_ENTITIES = (
     "ES_NIF",
     "ES_NIE",
     "MEDICAL_LICENSE",
-    "CN_ID",
-    "CN_PHONE",
-    "CN_LANDLINE",
-    "CN_BANK",
-    "API_KEY",
+    "DATE_TIME",
 )
+#: Entities rewritten inside commands, code and paths (never NER, never weak recognizers).
+CODE_SAFE_ENTITIES = frozenset({"EMAIL_ADDRESS", *IDENTIFIER_ENTITIES})
 
 #: Where a spaCy pipeline comes from per language; ``blank:xx`` is an empty tokenizer-only
 #: pipeline (no download), enough for the regex recognizers.
@@ -162,8 +172,9 @@ _PATTERNS: tuple[tuple[str, str, float], ...] = (
         0.85,
     ),
     ("CN_PHONE", r"(?<![\d+])(?:\+?86[- ]?)?1[3-9]\d{9}(?!\d)", 0.85),
-    ("CN_LANDLINE", r"(?<!\d)0\d{2,3}[- ]?\d{7,8}(?!\d)", 0.7),
-    ("CN_BANK", r"(?<!\d)\d{13,19}(?!\d)", 0.4),
+    # A separator or the UnionPay prefix keeps these off bare counters and timestamps.
+    ("CN_LANDLINE", r"(?<!\d)0\d{2,3}[- ]\d{7,8}(?!\d)", 0.7),
+    ("CN_BANK", r"(?<!\d)62\d{14,17}(?!\d)", 0.4),
     (
         "API_KEY",
         (
@@ -195,6 +206,18 @@ _LETTER_RE = re.compile(r"[^\W\d_]")
 # The small English model calls "Order 4111" or "ref 1101..." an ORG; names rarely hold numbers.
 _DIGIT_RUN_RE = re.compile(r"\d{3}")
 _ANY_SIGNAL_RE = re.compile(r"[^\W_]")  # a letter or a digit: without one nothing can match
+_KANA_RE = re.compile(r"[\u3040-\u30ff]")
+_HANGUL_RE = re.compile(r"[\u1100-\u11ff\u3130-\u318f\uac00-\ud7af]")
+_CJK_RE = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff\u1100-\u11ff\u3130-\u318f\uac00-\ud7af]")
+# Letters in words joined by single spaces, hyphens, apostrophes or a dot after an initial.
+_NAME_SHAPE_RE = re.compile(r"[^\W\d_]+(?:(?:[ '’-]|\. ?)[^\W\d_]+)*\.?")
+_PLAIN_TOKEN_RE = re.compile(r"[\"'(“‘]?[^\W\d_]+(?:[-'’][^\W\d_]+)*[.,!?;:)\"'”’]*")
+_CODE_CHARS = "{}[]()<>=;$|\\`#*&^~"
+# Tool-argument keys whose values are code, commands or locations, never prose.
+_CODE_KEYS = frozenset(
+    {"command", "cmd", "code", "script", "path", "file", "filename", "file_path", "filepath",
+     "cwd", "dir", "directory", "url", "pattern", "regex", "args", "argv", "program"}
+)
 
 
 def _hash_short(s: str, salt: str = "") -> str:
@@ -249,10 +272,66 @@ def _require(*modules: str) -> None:
         raise ImportError(f"PIIPresidioFilter needs {', '.join(missing)}; {_INSTALL_HINT}")
 
 
-def _detect_language(text: str, languages: tuple[str, ...]) -> str:
-    han = len(_HAN_RE.findall(text))
-    guess = "zh" if text and han / len(text) > 0.15 else "en"
-    return guess if guess in languages else languages[0]
+def _detect_language(text: str, languages: tuple[str, ...]) -> str | None:
+    """The configured language whose NER fits ``text``, or None when none does.
+
+    Kana or Hangul mean Japanese or Korean: neither spaCy's English model nor jieba reads
+    them (both turn ordinary words into names), so such text gets the pattern recognizers only.
+    """
+    if not text:
+        return languages[0]
+    if len(_KANA_RE.findall(text)) > 0.05 * len(text) or _HANGUL_RE.search(text):
+        return None
+    guess = "zh" if len(_HAN_RE.findall(text)) / len(text) > 0.15 else "en"
+    return guess if guess in languages else None
+
+
+def _looks_like_prose(text: str) -> bool:
+    """A cheap "natural language, not code" test for tool text: mostly plain words, hardly any
+    code punctuation. A short capitalised value such as a name or a city counts as prose."""
+    if _NAME_SHAPE_RE.fullmatch(text.strip()):
+        return True
+    if sum(text.count(c) for c in _CODE_CHARS) > len(text) / 50:
+        return False
+    tokens = text.split()
+    plain = sum(
+        1 for t in tokens if _PLAIN_TOKEN_RE.fullmatch(t) or (_CJK_RE.search(t) and t.isprintable())
+    )
+    if len(tokens) == 1:
+        return bool(_CJK_RE.search(text)) and len(_LETTER_RE.findall(text)) >= 4
+    return len(tokens) >= 2 and plain >= 0.6 * len(tokens)
+
+
+@lru_cache(maxsize=1)
+def _known_names() -> frozenset[str]:
+    """Faker's en_US first and last names: the words a lone capitalised token may be."""
+    from faker.providers.person.en_US import Provider
+
+    return frozenset(Provider.first_names) | frozenset(Provider.last_names)
+
+
+def _is_name_like(text: str, start: int, end: int, entity: str) -> bool:
+    """Whether the NER span ``text[start:end]`` can be a name: letters only (no code tokens
+    like ``python3``, ``range(1``, ``note_1.txt``) and capitalised in Latin script. A lone
+    capitalised word opening a sentence or line ("Benchmark the ...", "Deploy ...") is only
+    a name when it is a known first or last name."""
+    value = text[start:end]
+    if not _NAME_SHAPE_RE.fullmatch(value):
+        return False
+    if _CJK_RE.search(value):
+        return True
+    if not value[0].isupper():
+        return False
+    if entity != "LOCATION" and " " not in value and "-" not in value:
+        before = text[:start].rstrip(" \t\"'(*-")
+        if (not before or before[-1] in "\n.!?:;") and value not in _known_names():
+            return False
+    return True
+
+
+def _has_separator(value: str) -> bool:
+    """Phone-like format: a leading ``+`` or separators between digit groups."""
+    return value.lstrip().startswith("+") or bool(re.search(r"\d[\s.()-]+\d", value))
 
 
 # --- the engine: built once per process and model configuration --------------------------

@@ -46,6 +46,7 @@ import asyncio
 import inspect
 import itertools
 import json
+import select
 import subprocess
 import sys
 import threading
@@ -403,7 +404,9 @@ class ServerProcess:
 
     def __enter__(self) -> Self:
         self._proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, text=True)
-        line = self._proc.stdout.readline().strip() if self._proc.stdout else ""
+        # Wait for the ready line, but never forever: a child that hangs is an error too.
+        ready, _, _ = select.select([self._proc.stdout], [], [], 60)
+        line = self._proc.stdout.readline().strip() if ready and self._proc.stdout else ""
         if not line.startswith("http"):
             self.__exit__()
             raise RuntimeError(f"the test OpenAI server process did not start (got {line!r})")

@@ -497,3 +497,25 @@ def summarize_rewards(rewards: Iterable[Mapping[str, Any] | None]) -> dict[str, 
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 out.setdefault(name, []).append(float(value))
     return out
+
+
+def write_trace_batch(tracking_uri: str, experiment_id: str, session: str, trajectories: Sequence[Mapping[str, Any]],
+                      rewards: Sequence[Mapping[str, Any] | None] | None = None, keys: Sequence[str] | None = None,
+                      **writer_kwargs: Any) -> dict[str, Any]:
+    """``TraceWriter(...).write(...)`` as one picklable call returning a plain dict.
+
+    For running the writer in another process (``concurrent.futures.ProcessPoolExecutor``),
+    so that trace writing (CPU-bound SQLAlchemy work) does not share the GIL with rollouts.
+    """
+    writer = TraceWriter(tracking_uri, experiment_id, session, **writer_kwargs)
+    report = writer.write(trajectories, rewards, keys=keys)
+    return {"written": report.written, "existing": report.skipped_existing, "unsampled": report.unsampled,
+            "spans": report.spans, "seconds": report.seconds}
+
+
+def warm_up() -> bool:
+    """Import what trace writing needs (run first in a writer process, off the critical path)."""
+    import mlflow.entities  # noqa: F401
+    from mlflow import MlflowClient  # noqa: F401
+
+    return True
