@@ -27,7 +27,6 @@ Example:
 # ``Request`` is imported inside create_app to keep this module light.
 import contextlib
 import dataclasses
-import socket
 import threading
 import traceback
 import uuid
@@ -45,6 +44,7 @@ from twinkle.container.serialization import (
     encode_tool,
     plain,
 )
+from twinkle.utils.serving import ThreadedServer, bind_socket
 
 __all__ = ["EnvironmentServer", "create_app", "serve"]
 
@@ -192,25 +192,18 @@ def create_app(environment: Any) -> Any:
     return app
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    return sock
-
-
 def serve(environment: Any, host: str = "127.0.0.1", port: int = 0, *, announce: Any = print) -> None:
     """Serve ``environment`` until interrupted; ``announce`` gets the URL once bound."""
     import uvicorn
 
-    sock = _bind(host, port)
+    sock = bind_socket(host, port)
     url = f"http://{host}:{sock.getsockname()[1]}"
     server = uvicorn.Server(uvicorn.Config(create_app(environment), log_level="warning"))
     announce(url)
     server.run(sockets=[sock])
 
 
-class EnvironmentServer:
+class EnvironmentServer(ThreadedServer):
     """An in-process server for ``environment`` on a background thread (tests, notebooks).
 
     Args:
@@ -226,42 +219,5 @@ class EnvironmentServer:
     """
 
     def __init__(self, environment: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+        super().__init__(create_app(environment), host, port, name="environment server")
         self.environment = environment
-        self.host = host
-        self.port = port
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def start(self, timeout: float = 10.0) -> "EnvironmentServer":
-        import time
-
-        import uvicorn
-
-        sock = _bind(self.host, self.port)
-        self.port = sock.getsockname()[1]
-        self._server = uvicorn.Server(uvicorn.Config(create_app(self.environment), log_level="warning"))
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError(f"environment server did not start on {self.url}")
-            time.sleep(0.01)
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-        self._server = self._thread = None
-
-    def __enter__(self) -> "EnvironmentServer":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
-import socket
 import tempfile
 import threading
 import time
@@ -23,6 +22,7 @@ from twinkle.sandbox.app import SandboxApp
 from twinkle.sandbox.isolation import ETC_PROFILE, Isolation, IsolationError, find_bwrap
 from twinkle.sandbox.sandbox import SandboxManager
 from twinkle.sandbox.templates import TemplateRegistry
+from twinkle.utils.serving import ThreadedServer
 
 
 class SandboxServer:
@@ -84,8 +84,7 @@ class SandboxServer:
         self._sandbox_app = SandboxApp(self.manager, self.api_key)
         #: The ASGI app served by ``start()``; wrap it before starting to observe requests.
         self.app: Any = self._sandbox_app
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
+        self._http: ThreadedServer | None = None
 
     @property
     def isolated(self) -> bool:
@@ -106,7 +105,7 @@ class SandboxServer:
 
     def start(self, timeout: float = 30.0) -> SandboxServer:
         """Create the sandbox root, bind, serve in a daemon thread; returns once it accepts."""
-        if self._thread is not None:
+        if self._http is not None:
             return self
         try:
             self._serve(timeout)
@@ -116,56 +115,30 @@ class SandboxServer:
         return self
 
     def _serve(self, timeout: float) -> None:
-        import uvicorn
-
         self.root.mkdir(parents=True, exist_ok=not self._own_root)
         os.chmod(self.root, 0o711)  # sandboxes running as another uid must reach their own dirs
         self.isolation.check_root()
         (self.root / ".etc-profile").write_text(ETC_PROFILE)
-        # proto=IPPROTO_TCP matters: asyncio only sets TCP_NODELAY on such sockets, and without
-        # it every response stalls ~40 ms on delayed ACKs.
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, self.port))
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(
-            self.app,
-            log_level="warning",
-            lifespan="on",
-            access_log=False,
-            timeout_keep_alive=75,
-            timeout_graceful_shutdown=5,
-            http="h11",
-            ws="none",
+        http = ThreadedServer(
+            self.app, self.host, self.port, name="twinkle-sandbox", lifespan="on",
+            timeout_keep_alive=75, timeout_graceful_shutdown=5, http="h11", ws="none",
         )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run,
-            kwargs={"sockets": [sock]},
-            name=f"twinkle-sandbox-{self.port}",
-            daemon=True,
-        )
-        self._thread.start()
+        self._http = http.start(timeout)
+        self.port = http.port
         atexit.register(self.stop)
-        end = time.monotonic() + timeout
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > end:
-                raise RuntimeError(f"sandbox server on {self.url} did not start")
-            time.sleep(0.01)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop serving; kills every sandbox and removes the files. Safe to call twice."""
         loop = self._sandbox_app.loop
-        if self._thread is not None and loop is not None and loop.is_running():
+        if self._http is not None and loop is not None and loop.is_running():
             # Kill the sandboxes on their own loop first: that ends every open command stream,
             # so uvicorn's graceful shutdown does not wait on them.
             done = threading.Event()
             loop.call_soon_threadsafe(lambda: (self.manager.shutdown(), done.set()))
             done.wait(timeout)
-        if self._thread is not None and self._server is not None:
-            self._server.should_exit = True
-            self._thread.join(timeout)
-            self._thread = None
+        if self._http is not None:
+            self._http.stop(timeout)
+            self._http = None
         self.manager.shutdown()  # also covers a loop that died without its shutdown hook
         if self._own_root:
             shutil.rmtree(self.root, ignore_errors=True)
@@ -175,8 +148,8 @@ class SandboxServer:
         """Start and block until interrupted (the CLI's ``twinkle sandbox serve``)."""
         self.start()
         try:
-            while self._thread is not None and self._thread.is_alive():
-                self._thread.join(0.5)
+            while self._http is not None and self._http.running:
+                time.sleep(0.5)
         finally:
             self.stop()
 

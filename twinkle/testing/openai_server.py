@@ -49,7 +49,6 @@ import json
 import select
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -266,7 +265,6 @@ class OpenAIServer:
         self.model = model
         self.requests: list[dict[str, Any]] = []
         self._server: Any = None
-        self._thread: threading.Thread | None = None
 
     @property
     def base_url(self) -> str:
@@ -336,36 +334,17 @@ class OpenAIServer:
 
     # -- thread mode ------------------------------------------------------------------------------
     def start(self) -> Self:
-        import uvicorn
+        from twinkle.utils.serving import ThreadedServer
 
-        config = uvicorn.Config(
-            self.app(),
-            host=self.host,
-            port=self.port,
-            log_level="warning",
-            access_log=False,
-            lifespan="off",
-            timeout_graceful_shutdown=1,
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, name="openai-test-server", daemon=True
-        )
-        self._thread.start()
-        deadline = time.monotonic() + 20
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the test OpenAI server did not start")
-            time.sleep(0.01)
-        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        self._server = ThreadedServer(self.app(), self.host, self.port, name="openai-test-server",
+                                      lifespan="off", timeout_graceful_shutdown=1).start()
+        self.port = self._server.port
         return self
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-        self._server = self._thread = None
+            self._server.stop()
+        self._server = None
 
     def __enter__(self) -> Self:
         return self.start()
@@ -441,8 +420,8 @@ def main(argv: list[str] | None = None) -> None:
     server.start()
     print(server.base_url, flush=True)
     try:
-        while server._thread is not None and server._thread.is_alive():
-            server._thread.join(timeout=0.5)
+        while server._server is not None and server._server.running:
+            time.sleep(0.5)
     except KeyboardInterrupt:
         pass
     finally:
