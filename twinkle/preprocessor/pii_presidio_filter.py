@@ -10,6 +10,19 @@ loads offline). Chinese has no installable spaCy pipeline, so zh NER uses ``jieb
 part-of-speech tags (``nr`` person, ``ns`` place, ``nt`` organisation). Pseudonyms come from
 Faker.
 
+Agent rows must still replay in a sandbox after the rewrite, so text is split in two kinds.
+Prose (system, user and assistant text, reasoning, and tool-call values or tool outputs that
+read as prose, such as a note written with ``write_file``) gets NER and every recognizer.
+Code (commands, paths, program text, JSON structure) gets only the strong identifiers: e-mail,
+API keys, cards and UnionPay numbers with Luhn, IBAN, IP, CN ID with checksum and phones in a
+phone-like format. Presidio's recognizers that fire on ordinary digits (``US_BANK_NUMBER``,
+``UK_NHS``, ...) are off unless asked for, and then run on prose only. A value found once is
+rewritten everywhere in its row (names only in prose, and only name-shaped ones); a name that
+a command or program of the row holds is left alone, since the command keeps it anyway and a
+tool output it printed must still match. JSON text is rewritten value by value in place, so a
+file and its read-back stay byte-identical. Japanese and Korean text gets no NER (no model here
+reads it; English NER and jieba turn its words into names).
+
 The Presidio engine takes a few seconds to build, so it is built lazily, once per
 process and per model configuration, and shared by every filter instance; the filter itself
 stays cheap to construct and pickles for Ray or Prefect workers.
@@ -142,7 +155,7 @@ _JIEBA_TAGS = {
 }
 _JIEBA_SCORE = 0.6
 # Everyday words the jieba dictionary tags as names (谢 and 银 are surnames).
-_JIEBA_NOT_NAMES = frozenset({"谢谢", "多谢", "银行卡", "向左转"})
+_JIEBA_NOT_NAMES = frozenset({"谢谢", "多谢", "银行卡", "向左转", "东西", "任何东西"})
 
 # (entity, regex, score). ASCII-bounded so that they work inside CJK text, where Presidio's
 # ``\b`` patterns fail (platform-notes §2.6). Case-sensitive: secrets have fixed prefixes.
@@ -215,8 +228,26 @@ _PLAIN_TOKEN_RE = re.compile(r"[\"'(“‘]?[^\W\d_]+(?:[-'’][^\W\d_]+)*[.,!?;
 _CODE_CHARS = "{}[]()<>=;$|\\`#*&^~"
 # Tool-argument keys whose values are code, commands or locations, never prose.
 _CODE_KEYS = frozenset(
-    {"command", "cmd", "code", "script", "path", "file", "filename", "file_path", "filepath",
-     "cwd", "dir", "directory", "url", "pattern", "regex", "args", "argv", "program"}
+    {
+        "command",
+        "cmd",
+        "code",
+        "script",
+        "path",
+        "file",
+        "filename",
+        "file_path",
+        "filepath",
+        "cwd",
+        "dir",
+        "directory",
+        "url",
+        "pattern",
+        "regex",
+        "args",
+        "argv",
+        "program",
+    }
 )
 
 
@@ -291,7 +322,7 @@ def _looks_like_prose(text: str) -> bool:
     code punctuation. A short capitalised value such as a name or a city counts as prose."""
     if _NAME_SHAPE_RE.fullmatch(text.strip()):
         return True
-    if sum(text.count(c) for c in _CODE_CHARS) > len(text) / 50:
+    if sum(text.count(c) for c in _CODE_CHARS) > 2 + len(text) / 50:
         return False
     tokens = text.split()
     plain = sum(
@@ -300,6 +331,50 @@ def _looks_like_prose(text: str) -> bool:
     if len(tokens) == 1:
         return bool(_CJK_RE.search(text)) and len(_LETTER_RE.findall(text)) >= 4
     return len(tokens) >= 2 and plain >= 0.6 * len(tokens)
+
+
+# Capitalised words of technical prose that the small English model calls a PERSON or ORG.
+_NOT_NAMES = frozenset(
+    {
+        "python",
+        "linux",
+        "unix",
+        "bash",
+        "shell",
+        "docker",
+        "git",
+        "github",
+        "gitlab",
+        "json",
+        "yaml",
+        "toml",
+        "ubuntu",
+        "debian",
+        "windows",
+        "macos",
+        "java",
+        "javascript",
+        "typescript",
+        "rust",
+        "golang",
+        "sql",
+        "sqlite",
+        "postgres",
+        "redis",
+        "kafka",
+        "numpy",
+        "pandas",
+        "pytorch",
+        "torch",
+        "tensorflow",
+        "jupyter",
+        "hmm",
+        "ok",
+        "okay",
+        "sure",
+        "thanks",
+    }
+)
 
 
 @lru_cache(maxsize=1)
@@ -322,16 +397,36 @@ def _is_name_like(text: str, start: int, end: int, entity: str) -> bool:
         return True
     if not value[0].isupper():
         return False
-    if entity != "LOCATION" and " " not in value and "-" not in value:
-        before = text[:start].rstrip(" \t\"'(*-")
-        if (not before or before[-1] in "\n.!?:;") and value not in _known_names():
+    if " " not in value and "-" not in value:  # one word: the riskiest guesses
+        if value.isupper() or value.casefold() in _NOT_NAMES:  # an acronym or a tech word
+            return False
+        if _at_sentence_start(text, start) and value not in _known_names():
             return False
     return True
 
 
-def _has_separator(value: str) -> bool:
-    """Phone-like format: a leading ``+`` or separators between digit groups."""
-    return value.lstrip().startswith("+") or bool(re.search(r"\d[\s.()-]+\d", value))
+def _at_sentence_start(text: str, start: int) -> bool:
+    before = text[:start].rstrip(" \t\"'(*-")
+    return not before or before[-1] in "\n.!?:;"
+
+
+def _trim_sentence_opener(text: str, start: int, end: int) -> int:
+    """The small model glues an imperative to a name ("Greet Maria Garcia"): the first of
+    three or more words, when it opens a sentence and is no known name, is cut off the span
+    (two words stay: most are first and last name, and Faker's list lacks many first names)."""
+    first, _, rest = text[start:end].partition(" ")
+    if " " in rest and _at_sentence_start(text, start) and first not in _known_names():
+        return start + len(first) + 1
+    return start
+
+
+def _is_phone_like(value: str, prose: bool) -> bool:
+    """At least 7 digits (``phonenumbers`` accepts 4-digit short numbers of some regions, so
+    Presidio calls the 1695 of ``items_1695.txt`` a phone); in code also a leading ``+`` or
+    separators between digit groups, since a bare digit run there is a number."""
+    if sum(c.isdigit() for c in value) < 7:
+        return False
+    return prose or value.lstrip().startswith("+") or bool(re.search(r"\d[\s.()-]+\d", value))
 
 
 # --- the engine: built once per process and model configuration --------------------------
@@ -443,59 +538,95 @@ def _jieba_spans(text: str) -> list[tuple[int, int, str, float]]:
 # --- walking the fields of a message that may hold PII ------------------------------------
 
 
-def _rewrite_json(value: Any, fn: Callable[[str], str]) -> Any:
-    """Apply ``fn`` to every string leaf of a JSON value (keys are left alone)."""
+#: ``fn(text, prose)``: rewrite one string; ``prose`` says whether NER may run on it.
+TextFn = Callable[[str, bool], str]
+
+# A JSON string literal, and whether a ``:`` follows it (then it is an object key).
+_JSON_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"(\s*:)?')
+
+
+def _rewrite_json_text(text: str, leaf: Callable[[str, str | None], str]) -> str | None:
+    """Rewrite the string values of a JSON object/array text in place, or None when ``text``
+    is no such JSON. Only the literals that change are re-encoded, so every other byte (keys,
+    numbers, spacing) stays, and a file and its read-back stay byte-identical after rewriting.
+    ``leaf(value, key)`` gets the nearest enclosing key, which says whether a value is code."""
+    if text.lstrip()[:1] not in ("{", "["):
+        return None
+    try:
+        decoded = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(decoded, (dict, list)):
+        return None
+    pieces: list[str] = []
+    last, key = 0, None
+    for m in _JSON_STRING_RE.finditer(text):
+        value = json.loads(text[m.start() : m.end() - len(m.group(1) or "")])
+        if m.group(1):
+            key = value
+            continue
+        new = leaf(value, key)
+        if new != value:
+            pieces += [text[last : m.start()], json.dumps(new, ensure_ascii=False)]
+            last = m.end()
+    return "".join(pieces) + text[last:] if pieces else text
+
+
+def _rewrite_tool_text(text: str, fn: TextFn, key: str | None = None) -> str:
+    """A tool argument or tool output: JSON is rewritten value by value; a value under a code
+    key (``command``, ``path``, ...) or one that does not read as prose is code, where only
+    the strong identifier patterns apply."""
+    as_json = _rewrite_json_text(text, lambda v, k: _rewrite_tool_text(v, fn, k))
+    if as_json is not None:
+        return as_json
+    code = (key or "").lower() in _CODE_KEYS or not _looks_like_prose(text)
+    return fn(text, not code)
+
+
+def _rewrite_tool_value(value: Any, fn: TextFn, key: str | None = None) -> Any:
+    """Every string leaf of decoded tool arguments (keys are left alone)."""
     if isinstance(value, str):
-        return fn(value)
+        return _rewrite_tool_text(value, fn, key)
     if isinstance(value, list):
-        return [_rewrite_json(v, fn) for v in value]
+        return [_rewrite_tool_value(v, fn, key) for v in value]
     if isinstance(value, dict):
-        return {k: _rewrite_json(v, fn) for k, v in value.items()}
+        return {k: _rewrite_tool_value(v, fn, k) for k, v in value.items()}
     return value
 
 
-def _rewrite_json_text(text: str, fn: Callable[[str], str]) -> str:
-    """Rewrite a JSON object/array string leaf by leaf (NER misses names inside JSON syntax);
-    anything else is one text. Unchanged JSON keeps its original formatting."""
-    stripped = text.lstrip()
-    if stripped[:1] in ("{", "["):
-        try:
-            decoded = json.loads(text)
-        except (ValueError, RecursionError):
-            decoded = None
-        if isinstance(decoded, (dict, list)):
-            rewritten = _rewrite_json(decoded, fn)
-            return text if rewritten == decoded else json.dumps(rewritten, ensure_ascii=False)
-    return fn(text)
+def _rewrite_message(msg: dict[str, Any], fn: TextFn) -> dict[str, Any]:
+    """A copy of ``msg`` with ``fn`` applied to content, reasoning and tool-call arguments.
 
-
-def _rewrite_arguments(args: Any, fn: Callable[[str], str]) -> Any:
-    if isinstance(args, str):
-        return _rewrite_json_text(args, fn)
-    return _rewrite_json(args, fn)
-
-
-def _rewrite_message(msg: dict[str, Any], fn: Callable[[str], str]) -> dict[str, Any]:
-    """A copy of ``msg`` with ``fn`` applied to content, reasoning and tool-call arguments."""
+    Text of system, user and assistant messages is prose; tool outputs and tool-call arguments
+    are prose only where they read as prose (a note's text), never commands or paths.
+    """
     out = dict(msg)
+    is_tool = msg.get("role") == "tool"
+
+    def text(t: str) -> str:
+        if is_tool:
+            return _rewrite_tool_text(t, fn)
+        as_json = _rewrite_json_text(t, lambda v, _k: fn(v, True))  # NER misses names in JSON
+        return fn(t, True) if as_json is None else as_json
+
     content = msg.get("content")
     if isinstance(content, str):
-        out["content"] = _rewrite_json_text(content, fn)
+        out["content"] = text(content)
     elif isinstance(content, list):
         out["content"] = [
-            {**p, "text": fn(p["text"])}
+            {**p, "text": text(p["text"])}
             if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
             else p
             for p in content
         ]
     for key in ("reasoning_content", "thinking"):
         if isinstance(msg.get(key), str):
-            out[key] = fn(msg[key])
+            out[key] = fn(msg[key], True)
     raw = msg.get("tool_calls")
     if raw:
         calls = normalize_tool_calls(msg)
-        if calls is None:  # unreadable: treat the raw value as text so nothing leaks
-            out["tool_calls"] = fn(raw) if isinstance(raw, str) else raw
+        if calls is None:  # unreadable: scan the raw value as code (strong identifiers)
+            out["tool_calls"] = fn(raw, False) if isinstance(raw, str) else raw
         else:
             new_calls = []
             for call in calls:
@@ -505,7 +636,7 @@ def _rewrite_message(msg: dict[str, Any], fn: Callable[[str], str]) -> dict[str,
                         **call,
                         "function": {
                             **fn_obj,
-                            "arguments": _rewrite_arguments(fn_obj["arguments"], fn),
+                            "arguments": _rewrite_tool_value(fn_obj["arguments"], fn),
                         },
                     }
                 new_calls.append(call)
@@ -525,14 +656,17 @@ class PIIPresidioFilter(Mapper):
     Identifiers (phone, card with Luhn, IBAN, IP, CN ID with checksum, API keys, ...) take
     ``default_strategy`` (mask); e-mails and PERSON / LOCATION / ORGANIZATION get Faker
     pseudonyms. A pseudonym is consistent within a row, across the call with
-    ``consistency=True``, and across calls with ``persistent_consistency=True``.
+    ``consistency=True``, and across calls with ``persistent_consistency=True``. Names are
+    looked for in prose only: commands, paths and code in tool calls and tool outputs keep
+    every byte except strong identifiers, so a rewritten agent row still replays.
 
     Args:
         languages: languages to analyse; each text is routed to ``zh`` when more than 15% of
             its characters are Han, else to ``en`` (or the first language configured).
         spacy_models: overrides of ``DEFAULT_SPACY_MODELS`` (``blank:xx`` = no NER).
         entity_strategy: per-entity overrides, e.g. ``{'PERSON': 'hash'}``; a new entity
-            name is analysed too when some recognizer supports it.
+            name is analysed too when some recognizer supports it (``WEAK_ENTITIES`` are
+            turned on this way, for prose only).
         default_strategy: strategy of the identifier entities.
         score_threshold: minimum Presidio score of a span.
         roles: roles whose messages are rewritten.
@@ -607,26 +741,44 @@ class PIIPresidioFilter(Mapper):
 
     # -- analysis ---------------------------------------------------------------------------
 
-    def _entities(self, engine: Any, lang: str) -> list[str]:
+    def _entities(self, engine: Any, lang: str, prose: bool) -> list[str]:
         supported = set(engine.get_supported_entities(language=lang))
-        return sorted(e for e in self.strategies if e in supported)
+        wanted = self.strategies if prose else CODE_SAFE_ENTITIES & set(self.strategies)
+        return sorted(e for e in wanted if e in supported)
 
-    def analyze(self, texts: Iterable[str]) -> dict[str, list[tuple[int, int, str]] | Exception]:
+    def analyze(
+        self, texts: Iterable[str], prose: bool = True
+    ) -> dict[str, list[tuple[int, int, str]] | Exception]:
         """Non-overlapping ``(start, end, entity)`` spans for each distinct text.
 
-        A text whose analysis raised maps to the exception instead of spans.
+        ``prose=False`` treats the texts as code (commands, paths, program text): only e-mails
+        and the strong identifiers are looked for, never names. A text whose analysis raised
+        maps to the exception instead of spans.
         """
-        by_lang: dict[str, list[str]] = {}
-        out: dict[str, list[tuple[int, int, str]] | Exception] = {}
-        for text in dict.fromkeys(texts):
+        found = self._analyze((t, prose) for t in texts)
+        return {t: spans for (t, _), spans in found.items()}
+
+    def _analyze(
+        self, jobs: Iterable[tuple[str, bool]]
+    ) -> dict[tuple[str, bool], list[tuple[int, int, str]] | Exception]:
+        # Groups of (language, with NER): prose in a language we have NER for gets the full
+        # analysis; code, and prose in other scripts, only the pattern recognizers.
+        groups: dict[tuple[str, bool], list[tuple[str, bool]]] = {}
+        out: dict[tuple[str, bool], list[tuple[int, int, str]] | Exception] = {}
+        for job in dict.fromkeys(jobs):
+            text, prose = job
             if not _ANY_SIGNAL_RE.search(text):
-                out[text] = []
-            else:
-                by_lang.setdefault(_detect_language(text, self.languages), []).append(text)
-        engine = _engine(self.models) if by_lang else None
-        for lang, group in by_lang.items():
-            entities = self._entities(engine, lang)
-            for text, artifacts in zip(group, self._nlp_artifacts(engine, lang, group)):
+                out[job] = []
+                continue
+            lang = _detect_language(text, self.languages) if prose else None
+            group = (lang, True) if lang is not None else (self.languages[0], False)
+            groups.setdefault(group, []).append(job)
+        engine = _engine(self.models) if groups else None
+        for (lang, ner), group in groups.items():
+            entities = self._entities(engine, lang, prose=ner)
+            texts = [text for text, _ in group]
+            for job, artifacts in zip(group, self._nlp_artifacts(engine, lang, texts, ner)):
+                text, prose = job
                 try:
                     if isinstance(artifacts, Exception):
                         raise artifacts
@@ -640,30 +792,30 @@ class PIIPresidioFilter(Mapper):
                             nlp_artifacts=artifacts,
                         )
                     ]
-                    if lang in _JIEBA_LANGUAGES and _LETTER_RE.search(text):
+                    if ner and lang in _JIEBA_LANGUAGES and _LETTER_RE.search(text):
                         found += [s for s in _jieba_spans(text) if s[2] in self.strategies]
-                    out[text] = self._resolve(text, found)
-                except Exception as exc:  # one bad text fails its rows only
+                    out[job] = self._resolve(text, found, prose)
+                except Exception as exc:  # noqa: BLE001 - one bad text fails its rows only
                     logger.debug("PII analysis failed: %r", exc)
-                    out[text] = exc
+                    out[job] = exc
         return out
 
     @staticmethod
-    def _nlp_artifacts(engine: Any, lang: str, texts: list[str]) -> list[Any]:
-        """spaCy artifacts per text: ``nlp.pipe`` over texts with letters, tokenizer-only for
-        the rest (NER cannot find a name without letters)."""
+    def _nlp_artifacts(engine: Any, lang: str, texts: list[str], ner: bool) -> list[Any]:
+        """spaCy artifacts per text: ``nlp.pipe`` over texts with letters when NER is wanted,
+        tokenizer-only for the rest (the pattern recognizers need no more)."""
         nlp_engine = engine.nlp_engine
         nlp = nlp_engine.get_nlp(lang)
         docs: list[Any] = [None] * len(texts)
-        lettered = [i for i, t in enumerate(texts) if _LETTER_RE.search(t)]
+        lettered = [i for i, t in enumerate(texts) if ner and _LETTER_RE.search(t)]
         try:
             for i, doc in zip(lettered, nlp.pipe((texts[i] for i in lettered), batch_size=64)):
                 docs[i] = doc
-        except Exception:  # isolate the text that breaks the batch
+        except Exception:  # noqa: BLE001 - isolate the text that breaks the batch
             for i in lettered:
                 try:
                     docs[i] = nlp(texts[i])
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001
                     docs[i] = exc
         out: list[Any] = []
         for text, doc in zip(texts, docs):
@@ -676,18 +828,24 @@ class PIIPresidioFilter(Mapper):
                         doc if doc is not None else nlp.make_doc(text), lang
                     )
                 )
-            except Exception as exc:  # e.g. spaCy's max_length: fails this text only
+            except Exception as exc:  # noqa: BLE001 - e.g. spaCy's max_length: fails this text only
                 out.append(exc)
         return out
 
     def _resolve(
-        self, text: str, found: list[tuple[int, int, str, float]]
+        self, text: str, found: list[tuple[int, int, str, float]], prose: bool = True
     ) -> list[tuple[int, int, str]]:
         accepted = []
         for start, end, entity, score in found:
             if entity not in self.strategies or end - start < _MIN_SPAN.get(entity, 3):
                 continue
-            if entity in NAME_ENTITIES and _DIGIT_RUN_RE.search(text, start, end):
+            if not prose and entity not in CODE_SAFE_ENTITIES:
+                continue
+            if entity in NAME_ENTITIES:
+                start = _trim_sentence_opener(text, start, end)
+                if not _is_name_like(text, start, end, entity):
+                    continue
+            if entity == "PHONE_NUMBER" and not _is_phone_like(text[start:end], prose):
                 continue
             validator = _VALIDATORS.get(entity)
             if validator is not None:
@@ -782,8 +940,8 @@ class PIIPresidioFilter(Mapper):
         hits: Counter[str],
     ) -> str:
         if pattern is not None:
-            # A value found anywhere in the row is rewritten everywhere in it, also where the
-            # recognizers missed it (a name inside a tool output, a bare city in reasoning).
+            # A value found anywhere in the row is rewritten everywhere it may be, also where
+            # the recognizers missed it (a name inside a tool output, a bare city in reasoning).
             extra = [
                 (m.start(), m.end(), row_values[m.group()])
                 for m in pattern.finditer(text)
@@ -792,9 +950,11 @@ class PIIPresidioFilter(Mapper):
             spans = sorted(spans + extra)
         if not spans:
             return text
-        lang = _detect_language(text, self.languages)
+        lang = "zh" if _detect_language(text, ("en", "zh")) == "zh" else "en"
         pieces, last = [], 0
         for start, end, entity in spans:
+            # One entity per value in the row, so one pseudonym even when NER labels differ.
+            entity = row_values.get(text[start:end], entity)
             pieces += [text[last:start], self._rewrite_span(entity, text[start:end], lang, cache)]
             last = end
             hits[entity] += 1
@@ -808,42 +968,63 @@ class PIIPresidioFilter(Mapper):
             raise ValueError(dropped[0]["drop_reason"])
         return kept[0]
 
-    def _walk(self, row: Row, fn: Callable[[str], str]) -> list[Any]:
+    def _walk(self, row: Row, fn: TextFn) -> list[Any]:
         return [
             _rewrite_message(m, fn) if isinstance(m, dict) and m.get("role") in self.roles else m
             for m in row["messages"]
         ]
 
-    def _texts(self, row: Row) -> list[str]:
-        texts: list[str] = []
+    def _texts(self, row: Row) -> list[tuple[str, bool]]:
+        """Every ``(text, prose)`` the row holds, in walking order."""
+        jobs: list[tuple[str, bool]] = []
 
-        def collect(text: str) -> str:
-            texts.append(text)
+        def collect(text: str, prose: bool) -> str:
+            jobs.append((text, prose))
             return text
 
         self._walk(row, collect)
-        return texts
+        return jobs
 
     def _rewrite_row(
         self,
         row: Row,
-        texts: list[str],
-        analysis: dict[str, Any],
+        jobs: list[tuple[str, bool]],
+        analysis: dict[tuple[str, bool], Any],
         cache: dict[tuple[str, str], str],
     ) -> Row:
-        row_values: dict[str, str] = {}
-        for text in texts:
-            spans = analysis[text]
+        names: dict[str, str] = {}
+        identifiers: dict[str, str] = {}
+        for job in jobs:
+            spans = analysis[job]
             if isinstance(spans, Exception):
                 raise _RowFailed(type(spans).__name__) from spans
+            text = job[0]
             for start, end, entity in spans:
-                row_values.setdefault(text[start:end], entity)
-        pattern = self._row_pattern(row_values)
+                found = names if entity in NAME_ENTITIES else identifiers
+                found.setdefault(text[start:end], entity)
+        # A name that a command or program text of this row holds stays everywhere: code is
+        # never rewritten, so hiding the name elsewhere would hide nothing, and a tool output
+        # that the code printed would no longer match a replay.
+        name_pattern = self._row_pattern(names)
+        pinned = {
+            m.group()
+            for text, prose in jobs
+            if not prose and name_pattern is not None
+            for m in name_pattern.finditer(text)
+        }
+        prose_values = {v: e for v, e in names.items() if v not in pinned}
+        prose_values.update(identifiers)
+        # Strong identifiers propagate into every text; names and weak ones only into prose.
+        code_values = {v: e for v, e in identifiers.items() if e in CODE_SAFE_ENTITIES}
+        patterns = {True: self._row_pattern(prose_values), False: self._row_pattern(code_values)}
         hits: Counter[str] = Counter()
-        messages = self._walk(
-            row, lambda t: self._rewrite_text(t, analysis[t], row_values, pattern, cache, hits)
-        )
-        new_row = {**row, "messages": messages}
+
+        def rewrite(text: str, prose: bool) -> str:
+            spans = [s for s in analysis[(text, prose)] if text[s[0] : s[1]] not in pinned]
+            values = prose_values if prose else code_values
+            return self._rewrite_text(text, spans, values, patterns[prose], cache, hits)
+
+        new_row = {**row, "messages": self._walk(row, rewrite)}
         if self.record_counts:
             if hits:
                 new_row["_pii_hits"] = dict(hits)
@@ -855,7 +1036,7 @@ class PIIPresidioFilter(Mapper):
         rows = map_col_to_row(rows)
         # Pass 1 collects every text of every row, so that analysis runs once per distinct
         # text over the whole batch (system prompts and tool schemas repeat a lot).
-        row_texts: list[list[str] | str] = []  # the texts, or why the row is dropped
+        row_texts: list[list[tuple[str, bool]] | str] = []  # the texts, or why the row goes
         for row in rows:
             reason = malformed_reason(row)
             if reason is not None:
@@ -863,9 +1044,11 @@ class PIIPresidioFilter(Mapper):
                 continue
             try:
                 row_texts.append(self._texts(row))
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001
                 row_texts.append(f"pii_error:{type(exc).__name__}")
-        analysis = self.analyze(t for texts in row_texts if isinstance(texts, list) for t in texts)
+        analysis = self._analyze(
+            job for jobs in row_texts if isinstance(jobs, list) for job in jobs
+        )
 
         call_cache: dict[tuple[str, str], str] = (
             self._persistent if self.persistent_consistency else {}
@@ -881,6 +1064,6 @@ class PIIPresidioFilter(Mapper):
                 kept.append(self._rewrite_row(row, texts, analysis, cache))
             except _RowFailed as exc:
                 dropped.append(drop(row, f"pii_error:{exc}"))
-            except Exception as exc:  # one broken row must never stop the batch
+            except Exception as exc:  # noqa: BLE001 - one broken row must never stop the batch
                 dropped.append(drop(row, f"pii_error:{type(exc).__name__}"))
         return kept, dropped
