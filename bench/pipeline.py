@@ -7,8 +7,11 @@
    1,000 / 50): the pipeline flow (Prefect tasks, persisted results, MLflow runs, metrics,
    artifacts, one trace per trajectory) against the same library stages called directly
    (read -> dedup -> filters -> write; sandboxes -> replay rollouts -> fidelity -> write),
-   both on a fresh output directory. The Prefect API is started before timing and reported
-   apart (``prefect_api_start_s``). Target: overhead < 15% of the stages' own time.
+   both on a fresh output directory, with the same number of trajectories in flight (the flow
+   runs two rollout shards of half the concurrency each, so one shard can be traced while
+   the other still rolls out). The Prefect API and the MLflow store are services: started
+   before timing and reported apart (``prefect_api_start_s``, ``mlflow_store_setup_s``).
+   Target: overhead < 15% of the stages' own time.
 3. MLflow tracing cost on the rollout stage with a policy endpoint answering in 200 ms (the
    scriptable OpenAI server in its own process): the rollout flow with ``trace_sample_rate``
    1.0 against 0.0, same trajectories; plus cost per trace and per span. Target < 10%.

@@ -8,11 +8,12 @@ that holds it (``api_key_env``), so it stays out of Prefect's database and MLflo
 Example:
     >>> RolloutParams().max_turns, TrackingParams().trace_sample_rate
     (8, 1.0)
-    >>> RolloutParams(max_turns=0)
-    Traceback (most recent call last):
-    ...
-    pydantic_core._pydantic_core.ValidationError: 1 validation error for RolloutParams
-    ...
+    >>> from pydantic import ValidationError
+    >>> try:
+    ...     RolloutParams(max_turns=0)
+    ... except ValidationError as exc:
+    ...     print(exc.errors()[0]['loc'])
+    ('max_turns',)
 """
 
 from __future__ import annotations

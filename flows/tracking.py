@@ -12,9 +12,8 @@ Example:
 
 from __future__ import annotations
 
-import multiprocessing
+import atexit
 import threading
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from prefect import task
@@ -27,22 +26,22 @@ from flows.params import TrackingParams
 
 _IO = dict(retries=2, retry_delay_seconds=[1, 5], cache_policy=NO_CACHE, persist_result=False)
 
-# Traces are written by one helper process per flow-run process: writing them is CPU-bound
-# SQLAlchemy work (~15 ms per trace) that would otherwise hold the GIL while rollouts of
-# other shards wait on sandboxes and the model. Spawned (not forked: the flow process runs
-# threads and event loops) and warmed up when tracking starts, so its imports overlap curation.
-_WRITER: ProcessPoolExecutor | None = None
+# Traces are written by one helper process per flow-run process (``TraceWriterProcess``):
+# writing them is CPU-bound SQLAlchemy work that would otherwise hold the GIL while the
+# rollouts of other shards wait on sandboxes and the model. Started when tracking starts,
+# so its MLflow import overlaps curation; closed when the process exits.
+_WRITER = None
 _WRITER_LOCK = threading.Lock()
 
 
-def trace_writer_process() -> ProcessPoolExecutor:
+def trace_writer_process() -> Any:
     global _WRITER
     with _WRITER_LOCK:
         if _WRITER is None:
-            from twinkle.tracking.traces import warm_up
+            from twinkle.tracking.writer import TraceWriterProcess
 
-            _WRITER = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
-            _WRITER.submit(warm_up)
+            _WRITER = TraceWriterProcess().start()
+            atexit.register(_WRITER.close)
         return _WRITER
 
 
@@ -98,18 +97,16 @@ def trace_trajectories(tracking: Tracking, stage: str, scored: dict[str, Any],
     Runs per shard as soon as the shard is scored, so tracing overlaps the rollouts of the
     shards still in flight instead of adding to the stage's wall time.
     """
-    from twinkle.tracking.traces import write_trace_batch
-
     trajectories = scored["trajectories"]
     # Position in the whole batch + id: unique even when ids repeat, stable for the same inputs.
     keys = [f"{offset + i}:{trajectory_key(t, offset + i)}" for i, t in enumerate(trajectories)]
     tracker = tracking.tracker
-    return trace_writer_process().submit(
-        write_trace_batch, tracker.tracking_uri, tracker.experiment_id, tracking.run_key, trajectories,
+    return trace_writer_process().write(
+        tracker.tracking_uri, tracker.experiment_id, tracking.run_key, trajectories,
         [t.get("rewards") for t in trajectories], keys, run_id=stage, dataset=dataset,
         sample_rate=settings.trace_sample_rate, max_spans=settings.max_spans_per_trace,
         max_payload_chars=settings.max_payload_chars,
-    ).result()
+    )
 
 
 @task(name="log-rollout", task_run_name="log-rollout", **_IO)

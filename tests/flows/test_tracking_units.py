@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -115,3 +116,21 @@ def test_invalid_writer_settings_raise():
         TraceWriter("sqlite:///x.db", "1", "s", sample_rate=1.5)
     with pytest.raises(ValueError, match="session"):
         TraceWriter("sqlite:///x.db", "1", "")
+
+
+def test_trace_writer_process_writes_in_a_helper_and_falls_back_when_it_cannot_start(tmp_path):
+    import mlflow
+
+    from twinkle.tracking import TraceWriterProcess
+
+    tracker = MLflowTracker(f"sqlite:///{tmp_path}/mlflow.db", artifact_location=str(tmp_path / "art"))
+    run = tracker.start_run("proc")
+    with TraceWriterProcess() as proc:
+        report = proc.write(tracker.tracking_uri, tracker.experiment_id, "s1", [_trajectory(0)],
+                            [{"total": 1.0}], run_id=run)
+        helper = proc._proc.pid
+    assert report["written"] == 1 and helper != os.getpid()
+    broken = TraceWriterProcess(python=str(tmp_path / "no-such-python"))
+    report = broken.write(tracker.tracking_uri, tracker.experiment_id, "s2", [_trajectory(1)], None)
+    assert report["written"] == 1  # written in-process instead
+    assert len(mlflow.MlflowClient(tracker.tracking_uri).search_traces(locations=[tracker.experiment_id])) == 2

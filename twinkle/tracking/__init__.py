@@ -12,6 +12,7 @@ Example:
 from twinkle.tracking.scrub import REDACTED, is_secret_name, scrub_secrets, scrub_text
 from twinkle.tracking.traces import SpanRecord, TraceReport, TraceWriter, build_spans, sampled, trajectory_key
 from twinkle.tracking.tracker import MLflowTracker, flatten, metric_key
+from twinkle.tracking.writer import TraceWriterProcess
 
 __all__ = [
     "MLflowTracker",
@@ -19,6 +20,7 @@ __all__ = [
     "SpanRecord",
     "TraceReport",
     "TraceWriter",
+    "TraceWriterProcess",
     "build_spans",
     "flatten",
     "is_secret_name",

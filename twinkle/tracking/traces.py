@@ -504,8 +504,8 @@ def write_trace_batch(tracking_uri: str, experiment_id: str, session: str, traje
                       **writer_kwargs: Any) -> dict[str, Any]:
     """``TraceWriter(...).write(...)`` as one picklable call returning a plain dict.
 
-    For running the writer in another process (``concurrent.futures.ProcessPoolExecutor``),
-    so that trace writing (CPU-bound SQLAlchemy work) does not share the GIL with rollouts.
+    What ``twinkle.tracking.writer.TraceWriterProcess`` runs in its helper process, so that
+    trace writing (CPU-bound SQLAlchemy work) does not share the GIL with rollouts.
     """
     writer = TraceWriter(tracking_uri, experiment_id, session, **writer_kwargs)
     report = writer.write(trajectories, rewards, keys=keys)
