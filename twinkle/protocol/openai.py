@@ -91,6 +91,9 @@ class OpenAI(API):
         self.base_url = base_url
         self.client_kwargs = dict(client_kwargs or {})
         self.client_kwargs.setdefault("max_retries", 0)
+        # The SDK's default read timeout is 600 s; a stalled endpoint should fail (and be
+        # retried) well before that, long generations included.
+        self.client_kwargs.setdefault("timeout", 180.0)
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s

@@ -97,6 +97,8 @@ class APIMultiTurnRollout(Rollout):
         tool_timeout_s: stop waiting for one tool call after this long; the model reads
             ``Error: tool '<name>' timed out after N s`` (the worker thread finishes alone).
         request_timeout_s: bound on one ``api.acomplete`` call, retries included.
+            Both default to finite bounds (300 s, 900 s) so that one hung tool or stalled
+            endpoint cannot hold a batch forever; pass None to wait without limit.
 
     Example:
         >>> from twinkle.protocol.openai import OpenAI
@@ -118,8 +120,8 @@ class APIMultiTurnRollout(Rollout):
         trace_callback: Callable[[Trajectory], Any] | None = None,
         success_callback: Callable[[Trajectory], Any] | None = None,
         *,
-        tool_timeout_s: float | None = None,
-        request_timeout_s: float | None = None,
+        tool_timeout_s: float | None = 300.0,
+        request_timeout_s: float | None = 900.0,
     ) -> None:
         if api is None:
             raise ValueError("api is required (e.g. twinkle.protocol.openai.OpenAI(...))")

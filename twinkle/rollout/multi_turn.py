@@ -148,7 +148,8 @@ class MultiTurnRollout(Rollout):
             declare ``blocking = False`` run inline.
         tool_timeout_s: stop waiting for a trajectory's tool calls of one turn after this
             many seconds per call; each call then reads ``Error: tool '<name>' timed out
-            after N s`` (the worker thread finishes alone).
+            after N s`` (the worker thread finishes alone). Defaults to 300 s so a hung
+            tool cannot hold the batch forever; None waits without limit.
 
     Example:
         >>> from twinkle.sampler import ScriptedSampler, ChatTemplate  # doctest: +SKIP
@@ -172,7 +173,7 @@ class MultiTurnRollout(Rollout):
         success_callback: Callable[[Trajectory], Any] | None = None,
         *,
         tool_workers: int = 16,
-        tool_timeout_s: float | None = None,
+        tool_timeout_s: float | None = 300.0,
     ) -> None:
         if sampler is None:
             raise ValueError("MultiTurnRollout requires a sampler")
