@@ -45,7 +45,12 @@ __all__ = ["ContainerEnvironment", "ContainerEnvironmentError"]
 
 
 class ContainerEnvironmentError(RuntimeError):
-    """The environment server answered with an error, or could not be reached."""
+    """The environment server answered with an error, or could not be reached.
+
+    Example:
+        >>> issubclass(ContainerEnvironmentError, RuntimeError)
+        True
+    """
 
 
 class ContainerEnvironment:

@@ -33,7 +33,12 @@ __all__ = ["APIBackend", "ChatMessage", "GenerationResult", "ModelBackend"]
 
 @dataclass(frozen=True)
 class ChatMessage:
-    """One chat message sent to a backend."""
+    """One chat message sent to a backend.
+
+    Example:
+        >>> ChatMessage("system", "You are a strict grader.").role
+        'system'
+    """
 
     role: str
     content: str
@@ -44,7 +49,12 @@ class ChatMessage:
 
 @dataclass(frozen=True)
 class GenerationResult:
-    """A backend's answer: the text, token usage when known, and why it stopped."""
+    """A backend's answer: the text, token usage when known, and why it stopped.
+
+    Example:
+        >>> GenerationResult("Score: 7", completion_tokens=3, finish_reason="stop").text
+        'Score: 7'
+    """
 
     text: str
     prompt_tokens: int | None = None
@@ -58,6 +68,13 @@ class ModelBackend(Protocol):
 
     Backends may also offer ``async agenerate_chat(messages, sampling_params)``; judges use
     it for batches and otherwise run ``generate_chat`` in a worker thread.
+
+    Example:
+        >>> class Fixed:
+        ...     def generate_chat(self, messages, sampling_params=None):
+        ...         return GenerationResult("Score: 10")
+        >>> isinstance(Fixed(), ModelBackend), Fixed().generate_chat([]).text
+        (True, 'Score: 10')
     """
 
     def generate_chat(

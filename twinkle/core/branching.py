@@ -64,7 +64,12 @@ STRATEGIES = ("direct", "process_fork", "action_replay")
 
 @dataclass(frozen=True)
 class CheckpointHandle:
-    """A strategy's receipt for a saved checkpoint."""
+    """A strategy's receipt for a saved checkpoint.
+
+    Example:
+        >>> CheckpointHandle(checkpoint_id="c1", state="state-0").state
+        'state-0'
+    """
 
     checkpoint_id: str
     state: Any
@@ -72,7 +77,12 @@ class CheckpointHandle:
 
 @dataclass(frozen=True)
 class BranchHandle:
-    """A branch: an environment to step and the state to step it from."""
+    """A branch: an environment to step and the state to step it from.
+
+    Example:
+        >>> BranchHandle(environment="env", state="state-0").resource_id
+        ''
+    """
 
     environment: Any
     state: Any
@@ -81,7 +91,12 @@ class BranchHandle:
 
 @runtime_checkable
 class BranchingStrategy(Protocol):
-    """How checkpoints are saved and branches are made."""
+    """How checkpoints are saved and branches are made.
+
+    Example:
+        >>> isinstance(DirectStrategy(), BranchingStrategy), isinstance(object(), BranchingStrategy)
+        (True, False)
+    """
 
     @property
     def name(self) -> str: ...

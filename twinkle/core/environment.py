@@ -40,6 +40,12 @@ class StepResult(Generic[HiddenT]):
     what the environment understood after mapping it to its native action. Extraction
     failure leaves both None; a mapping failure leaves only ``resolved_action`` None.
     Consumers fall back to ``action.text`` when they are None.
+
+    Example:
+        >>> from twinkle.core.state import Observation, State, StateMetadata
+        >>> s = State(Observation("q"), None, StateMetadata(1, "ep", is_terminal=True))
+        >>> StepResult(next_state=s, truncated=True).done
+        True
     """
 
     next_state: State[HiddenT]
@@ -93,6 +99,13 @@ class Environment(Protocol[HiddenT]):
 
     ``__len__`` is optional (``spec.supports_len``); ``prompts`` maps prompt names to
     texts for multi-turn environments and is ``{}`` for single-turn ones.
+
+    Example:
+        >>> from twinkle.core.environments import MathEnvironment
+        >>> isinstance(MathEnvironment(tasks=[{"question": "1 + 1?", "answer": "2"}]), Environment)
+        True
+        >>> isinstance(object(), Environment)
+        False
     """
 
     @property

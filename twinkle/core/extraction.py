@@ -52,7 +52,12 @@ Extraction = tuple[str | None, dict[str, Any]]
 
 @runtime_checkable
 class AnswerExtractor(Protocol):
-    """Anything with ``extract(response) -> (answer | None, metadata)``."""
+    """Anything with ``extract(response) -> (answer | None, metadata)``.
+
+    Example:
+        >>> isinstance(TagBasedExtractor(), AnswerExtractor), isinstance("x", AnswerExtractor)
+        (True, False)
+    """
 
     def extract(self, response: str) -> Extraction: ...
 

@@ -103,7 +103,13 @@ class Registry(Generic[T]):
 
 @runtime_checkable
 class Adapter(Protocol):
-    """What ``EnvironmentRegistry`` needs from an adapter."""
+    """What ``EnvironmentRegistry`` needs from an adapter.
+
+    Example:
+        >>> from twinkle.core.environments.adapter import TaskAdapter
+        >>> isinstance(TaskAdapter(), Adapter), isinstance(object(), Adapter)
+        (True, False)
+    """
 
     name: str
 

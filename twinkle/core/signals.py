@@ -29,7 +29,12 @@ HiddenT = TypeVar("HiddenT")
 
 
 class RewardType(Enum):
-    """What a signal measures."""
+    """What a signal measures.
+
+    Example:
+        >>> RewardType["FORMAT"] is RewardType.FORMAT, RewardType.OUTCOME.name
+        (True, 'OUTCOME')
+    """
 
     OUTCOME = auto()  # final correctness (binary or graded)
     STEP = auto()  # per-turn feedback
@@ -127,7 +132,16 @@ class SignalBundle:
 
 @runtime_checkable
 class RewardFunction(Protocol[HiddenT]):
-    """Anything that scores a transition into one :class:`Signal`."""
+    """Anything that scores a transition into one :class:`Signal`.
+
+    Example:
+        >>> class Short:
+        ...     name, reward_type = "short", RewardType.FORMAT
+        ...     def compute(self, state, action, next_state):
+        ...         return Signal(self.name, self.reward_type, float(len(action.text) < 10))
+        >>> isinstance(Short(), RewardFunction)
+        True
+    """
 
     @property
     def name(self) -> str: ...

@@ -43,7 +43,13 @@ GROUND_TRUTH_KEYS = ("expected_answer", "answer", "ground_truth", "target")
 
 @dataclass(frozen=True)
 class StateMetadata:
-    """Bookkeeping of a state: step number (0-based), episode id, terminal flag, extra info."""
+    """Bookkeeping of a state: step number (0-based), episode id, terminal flag, extra info.
+
+    Example:
+        >>> meta = StateMetadata(step=0, episode_id="ep-1")
+        >>> meta.is_terminal, meta.info
+        (False, {})
+    """
 
     step: int
     episode_id: str
@@ -53,7 +59,12 @@ class StateMetadata:
 
 @dataclass(frozen=True)
 class ImageContent:
-    """A base64-encoded image; ``source`` is ``"task"`` or ``"state"`` once collected."""
+    """A base64-encoded image; ``source`` is ``"task"`` or ``"state"`` once collected.
+
+    Example:
+        >>> ImageContent(data="iVBORw0KGgo=").media_type
+        'image/png'
+    """
 
     data: str
     media_type: str = "image/png"
@@ -62,7 +73,12 @@ class ImageContent:
 
 @dataclass(frozen=True)
 class ObservationImages:
-    """Images of an observation split by origin; truthy when there is at least one."""
+    """Images of an observation split by origin; truthy when there is at least one.
+
+    Example:
+        >>> bool(ObservationImages()), len(ObservationImages(task=(ImageContent("AA=="),)).all)
+        (False, 1)
+    """
 
     task: tuple[ImageContent, ...] = ()
     state: tuple[ImageContent, ...] = ()
@@ -82,6 +98,11 @@ class ObservationContent:
     ``data`` carries machine-readable state next to the text; tool environments put the
     serialised tool results under ``data['tool_results']`` (see
     :meth:`Observation.with_tool_results`).
+
+    Example:
+        >>> content = ObservationContent(text="board: ..X", data={"turn": 3})
+        >>> content.data["turn"], content.images
+        (3, ())
     """
 
     text: str = ""
@@ -141,7 +162,13 @@ class Observation:
 
 @dataclass(frozen=True)
 class State(Generic[HiddenT]):
-    """An environment state: the observation, the env-private hidden part and metadata."""
+    """An environment state: the observation, the env-private hidden part and metadata.
+
+    Example:
+        >>> s = State(Observation("2 + 2?"), {"answer": "4"}, StateMetadata(0, "ep"))
+        >>> s.with_metadata(is_terminal=True).metadata.is_terminal, s.metadata.is_terminal
+        (True, False)
+    """
 
     observation: Observation
     hidden: HiddenT

@@ -22,7 +22,12 @@ __all__ = ["ToolCall", "ToolDefinition", "ToolResult", "ToolResultStatus"]
 
 
 class ToolResultStatus(Enum):
-    """Outcome of one tool call."""
+    """Outcome of one tool call.
+
+    Example:
+        >>> ToolResultStatus("TIMEOUT") is ToolResultStatus.TIMEOUT
+        True
+    """
 
     SUCCESS = "SUCCESS"
     ERROR = "ERROR"
@@ -68,7 +73,13 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class ToolResult:
-    """What an environment answered to one :class:`ToolCall`."""
+    """What an environment answered to one :class:`ToolCall`.
+
+    Example:
+        >>> r = ToolResult("c1", "search", ToolResultStatus.ERROR, error="no index")
+        >>> r.to_dict()["status"], r.to_dict()["error"]
+        ('ERROR', 'no index')
+    """
 
     call_id: str
     tool_name: str

@@ -33,7 +33,15 @@ HiddenT = TypeVar("HiddenT")
 
 @dataclass(frozen=True)
 class Transition(Generic[HiddenT]):
-    """One step: ``state --action--> next_state`` with its rewards and extraction results."""
+    """One step: ``state --action--> next_state`` with its rewards and extraction results.
+
+    Example:
+        >>> from twinkle.core.state import Observation, State, StateMetadata
+        >>> s0 = State(Observation("q"), None, StateMetadata(0, "ep"))
+        >>> t = Transition(s0, Action.from_text("4"), s0.with_metadata(step=1))
+        >>> t.next_state.metadata.step, t.rewards.total
+        (1, 0.0)
+    """
 
     state: State[HiddenT]
     action: Action
@@ -46,7 +54,14 @@ class Transition(Generic[HiddenT]):
 
 @dataclass(frozen=True)
 class Checkpoint(Generic[HiddenT]):
-    """A named position in a trajectory: after ``step_index`` transitions, at ``state``."""
+    """A named position in a trajectory: after ``step_index`` transitions, at ``state``.
+
+    Example:
+        >>> from twinkle.core.state import Observation, State, StateMetadata
+        >>> s0 = State(Observation("q"), None, StateMetadata(0, "ep"))
+        >>> Checkpoint("start", trajectory_id="ep", step_index=0, state=s0).step_index
+        0
+    """
 
     name: str
     trajectory_id: str

@@ -20,17 +20,42 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 
 class ToolFunction(TypedDict):
+    """The function part of a tool call: a name and its arguments (dict or JSON string).
+
+    Example:
+        >>> fn: ToolFunction = {'name': 'bash', 'arguments': '{"cmd": "ls"}'}
+        >>> fn['name']
+        'bash'
+    """
+
     name: str
     arguments: str | dict[str, Any]
 
 
 class ToolCall(TypedDict):
+    """One tool call of an assistant message, in OpenAI shape.
+
+    Example:
+        >>> call: ToolCall = {'id': 'c1', 'type': 'function',
+        ...                   'function': {'name': 'bash', 'arguments': {'cmd': 'ls'}}}
+        >>> normalize_tool_calls({'tool_calls': [call]})[0]['function']['name']
+        'bash'
+    """
+
     id: NotRequired[str]
     type: NotRequired[Literal["function"]]
     function: ToolFunction
 
 
 class Message(TypedDict, total=False):
+    """One chat message; ``content`` may be a string or a list of typed parts.
+
+    Example:
+        >>> msg: Message = {'role': 'user', 'content': [{'type': 'text', 'text': 'Hi'}]}
+        >>> message_text(msg)
+        'Hi'
+    """
+
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: str | list[dict[str, Any]] | None
     tool_calls: list[ToolCall] | str | None
@@ -40,13 +65,30 @@ class Message(TypedDict, total=False):
 
 
 class Tool(TypedDict, total=False):
-    """An OpenAI function-tool definition: ``{'type': 'function', 'function': {...}}``."""
+    """An OpenAI function-tool definition: ``{'type': 'function', 'function': {...}}``.
+
+    Example:
+        >>> tool: Tool = {'type': 'function', 'function': {
+        ...     'name': 'bash', 'parameters': {'type': 'object', 'properties': {}}}}
+        >>> tool['function']['name']
+        'bash'
+    """
 
     type: Literal["function"]
     function: dict[str, Any]
 
 
 class Trajectory(TypedDict, total=False):
+    """A conversation row: messages and tools, plus the outputs a rollout adds.
+
+    Example:
+        >>> call = {'function': {'name': 'bash', 'arguments': '{}'}}
+        >>> traj: Trajectory = {'id': 't1', 'messages': [
+        ...     {'role': 'user', 'content': 'ls'}, {'role': 'assistant', 'tool_calls': [call]}]}
+        >>> is_agent_row(traj['messages'])
+        True
+    """
+
     messages: list[Message]
     tools: list[Tool]
     id: str

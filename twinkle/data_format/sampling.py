@@ -17,6 +17,14 @@ from typing import Any
 
 @dataclass
 class SamplingParams:
+    """How a sampler decodes; values are checked on construction, ``stop`` may be one string.
+
+    Example:
+        >>> params = SamplingParams(max_tokens=16, temperature=0.0, stop='</answer>')
+        >>> params.stop, params.num_samples
+        (['</answer>'], 1)
+    """
+
     max_tokens: int | None = None
     seed: int | None = None
     stop: list[str] | None = None
@@ -51,7 +59,13 @@ class SamplingParams:
 
 @dataclass
 class SampledSequence:
-    """One sampled continuation: token ids, per-token logprobs and the decoded text."""
+    """One sampled continuation: token ids, per-token logprobs and the decoded text.
+
+    Example:
+        >>> seq = SampledSequence('stop', tokens=[5, 7], logprobs=[-0.1, -0.2], decoded='hi')
+        >>> len(seq.tokens) == len(seq.logprobs)
+        True
+    """
 
     stop_reason: str
     tokens: list[int]
@@ -61,6 +75,14 @@ class SampledSequence:
 
 @dataclass
 class SampleResponse:
+    """A sampler's answer to one prompt: ``num_samples`` sequences and the prompt's token ids.
+
+    Example:
+        >>> resp = SampleResponse([SampledSequence('length', [1, 2])], prompt_token_ids=[9])
+        >>> resp.sequences[0].stop_reason
+        'length'
+    """
+
     sequences: list[SampledSequence]
     prompt_token_ids: list[int] = field(default_factory=list)
     prompt_logprobs: list[Any] | None = None

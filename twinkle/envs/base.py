@@ -29,6 +29,14 @@ MAX_OBSERVATION_CHARS = 32 * 1024
 
 @dataclass
 class StepResult:
+    """What one ``reset``/``step`` gives back: the observation, a reward and whether it is over.
+
+    Example:
+        >>> r = StepResult(observation='ok', reward=1.0, done=True)
+        >>> r.done, r.info
+        (True, {})
+    """
+
     observation: str = ""  # Environment observation after the action
     reward: float = 0.0  # Scalar reward for this step
     done: bool = False  # Whether the episode is terminated
@@ -36,7 +44,15 @@ class StepResult:
 
 
 class Env(ABC):
-    """Base class of all environments. Subclasses implement ``step``."""
+    """Base class of all environments. Subclasses implement ``step``.
+
+    Example:
+        >>> class Counter(Env):
+        ...     def step(self, tool_name, arguments):
+        ...         return StepResult(observation=str(arguments['n'] + 1), done=True)
+        >>> Counter().step('inc', {'n': 1}).observation
+        '2'
+    """
 
     def reset(self, trajectory: dict[str, Any] | None = None) -> StepResult:
         """Reset for a new episode."""

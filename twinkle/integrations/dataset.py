@@ -29,7 +29,14 @@ __all__ = ["DatasetProvider", "TaskItem"]
 
 @dataclass(frozen=True)
 class TaskItem:
-    """One task as a prompt: index, prompt text, chat messages, reference answer, tools."""
+    """One task as a prompt: index, prompt text, chat messages, reference answer, tools.
+
+    Example:
+        >>> item = TaskItem(3, "2 + 2?", ({"role": "user", "content": "2 + 2?"},), "4",
+        ...                 metadata={"task_id": "math-004"})
+        >>> item.task_id, TaskItem(5, "q", (), None).task_id
+        ('math-004', '5')
+    """
 
     task_index: int
     prompt: str

@@ -42,7 +42,12 @@ Source = Literal["model", "environment"]
 
 @dataclass(frozen=True)
 class TokenSpan:
-    """A run of tokens from one source; ``step_index`` is the assistant turn it belongs to."""
+    """A run of tokens from one source; ``step_index`` is the assistant turn it belongs to.
+
+    Example:
+        >>> TokenSpan("ok", (111, 107), "model", step_index=0).source
+        'model'
+    """
 
     text: str
     token_ids: tuple[int, ...]
@@ -52,7 +57,14 @@ class TokenSpan:
 
 @dataclass(frozen=True)
 class MaskedTrajectory:
-    """Prompt ids, response ids with their mask (1 model, 0 environment), spans, per-turn rewards."""
+    """Prompt ids, response ids with their mask (1 model, 0 environment), spans, per-turn rewards.
+
+    Example:
+        >>> m = MaskedTrajectory(prompt_ids=(1, 2), response_ids=(3, 4, 5),
+        ...                      response_mask=(1, 0, 1), spans=(), rewards=(1.0,))
+        >>> m.input_ids, m.num_model_tokens
+        ((1, 2, 3, 4, 5), 2)
+    """
 
     prompt_ids: tuple[int, ...]
     response_ids: tuple[int, ...]

@@ -55,6 +55,11 @@ class ScoringResult:
         metadata: ``{name: signal.metadata}`` for the signals that have metadata.
         bundle: the full :class:`SignalBundle`.
         error: why scoring failed, or None.
+
+    Example:
+        >>> r = ScoringResult.from_bundle(error_bundle("no such task"), error="no such task")
+        >>> r.total, r.outcome, r.extracted_answer
+        (0.0, 'error', None)
     """
 
     total: float

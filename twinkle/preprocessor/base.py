@@ -76,6 +76,14 @@ class Filter:
 
     ``check`` only sees rows whose ``messages`` is a non-empty list; it may still meet
     non-dict messages and odd content, and should skip those rather than raise.
+
+    Example:
+        >>> class Short(Filter):
+        ...     def check(self, row):
+        ...         return 'too_short' if len(row['messages']) < 2 else None
+        >>> kept, dropped = Short()([{'messages': [{'role': 'user', 'content': 'hi'}]}])
+        >>> kept, dropped[0]['drop_reason']
+        ([], 'too_short')
     """
 
     #: Set False in subclasses that accept rows with an empty message list.
@@ -113,6 +121,15 @@ class Mapper:
 
     ``map_row`` returns the new row, or raises; a row it raises on is dropped with
     ``malformed_row:<Exception>`` so the invariant still holds.
+
+    Example:
+        >>> class Tag(Mapper):
+        ...     def map_row(self, row):
+        ...         return {**row, 'source': row['meta']['source']}
+        >>> rows = [{'messages': [{}], 'meta': {'source': 'web'}}, {'messages': [{}]}]
+        >>> kept, dropped = Tag()(rows)
+        >>> kept[0]['source'], dropped[0]['drop_reason']
+        ('web', 'malformed_row:KeyError')
     """
 
     @property

@@ -57,7 +57,12 @@ DEFAULT_PARAMS: dict[str, dict[str, Any]] = {
 
 @dataclass(slots=True)
 class Stage:
-    """One configured step of a chain."""
+    """One configured step of a chain.
+
+    Example:
+        >>> Stage(name="dedup", step=lambda rows: (rows, []), is_global=True).is_global
+        True
+    """
 
     name: str
     step: Callable[..., Any]

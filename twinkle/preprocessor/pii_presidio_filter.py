@@ -55,7 +55,12 @@ _INSTALL_HINT = "install the 'pii' extra: pip install 'twinkle[pii]'"
 
 
 class Strategy(str, Enum):
-    """How a detected span is rewritten."""
+    """How a detected span is rewritten.
+
+    Example:
+        >>> Strategy.coerce("hash") is Strategy.HASH
+        True
+    """
 
     MASK = "mask"  # keep a few edge characters, star the rest
     REPLACE = "replace"  # a Faker value of the same kind

@@ -53,7 +53,12 @@ DROP_REASON_COLUMN = "_drop_reason"
 
 @dataclass(slots=True)
 class StepStats:
-    """Counts and time of one step, summed over every batch it saw."""
+    """Counts and time of one step, summed over every batch it saw.
+
+    Example:
+        >>> StepStats("HardFilter", rows_in=3, rows_out=2).as_dict()["rows_out"]
+        2
+    """
 
     step: str
     rows_in: int = 0

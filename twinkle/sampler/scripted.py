@@ -7,9 +7,12 @@ that logprobs stay aligned with the tokens they belong to. ``latency_s`` simulat
 generation time of one batched call (benchmarks use it to model a GPU).
 
 Example:
-    >>> sampler = ScriptedSampler(template, lambda ids: 'hello')  # doctest: +SKIP
-    >>> sampler.sample([[1, 2]], SamplingParams())[0].sequences[0].stop_reason  # doctest: +SKIP
-    'stop'
+    >>> class Chars:  # a stand-in template: one token per character, stop token 0
+    ...     stop_token_ids = [0]
+    ...     def encode_text(self, text): return [ord(c) for c in text]
+    >>> seq = ScriptedSampler(Chars(), lambda ids: 'hi').sample([[1, 2]], SamplingParams())[0].sequences[0]
+    >>> seq.stop_reason, seq.logprobs == [token_logprob(t) for t in seq.tokens]
+    ('stop', True)
 """
 
 from __future__ import annotations

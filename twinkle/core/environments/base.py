@@ -51,7 +51,13 @@ OUTCOMES = ("correct", "wrong", "unparsed", "error")
 
 @dataclass(frozen=True)
 class TaskHidden:
-    """What the environment knows and the model does not: the task and its reference answer."""
+    """What the environment knows and the model does not: the task and its reference answer.
+
+    Example:
+        >>> h = TaskHidden(task_index=0, task_id="t1", expected_answer="2", task={"answer": 2})
+        >>> h == TaskHidden(0, "t1", "2")  # the task dict is not compared
+        True
+    """
 
     task_index: int
     task_id: str
@@ -115,6 +121,19 @@ class TaskEnvironment:
         extra_rewards: more reward functions scored on every step after the built-in ones,
             e.g. a :class:`~twinkle.core.judge.JudgeReward`. One that raises gives an
             ``error`` signal with reward 0.0 instead of failing the step.
+
+    Example:
+        >>> class Upper(TaskEnvironment):
+        ...     def format_prompt(self, task): return f"Uppercase: {task['word']}"
+        ...     def extract(self, action, hidden): return (action.text or "").strip() or None, {}
+        ...     def score(self, hidden, extracted, meta):
+        ...         ok = extracted == hidden.expected_answer
+        ...         return (outcome_signal("upper", "correct" if ok else "wrong", float(ok),
+        ...                                extracted=extracted),)
+        >>> env = Upper(tasks=[{"word": "hi", "answer": "HI"}])
+        >>> state, _ = env.reset(options={"task_index": 0})
+        >>> env.step(state, Action.from_text("HI")).rewards.total
+        1.0
     """
 
     default_file = ""

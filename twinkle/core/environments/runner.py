@@ -131,6 +131,10 @@ class TestCase:
     """One check: a Python expression calling the solution, and the expected value.
 
     ``expected`` is a Python literal (``ast.literal_eval``), e.g. ``"[1, 2]"`` or ``"True"``.
+
+    Example:
+        >>> TestCase.from_dict({"call": "add(1, 2)", "expected": 3})
+        TestCase(call='add(1, 2)', expected='3')
     """
 
     __test__ = False  # not a pytest class
@@ -149,6 +153,12 @@ class RunOutcome:
 
     ``status`` is ``"ok"`` (the grader reported), ``"timeout"``, or ``"error"`` (the grader
     produced no trusted result: crash, killed, sandbox failure).
+
+    Example:
+        >>> RunOutcome(passed=2, total=2, status="ok").all_passed
+        True
+        >>> RunOutcome(passed=0, total=0, status="ok").all_passed  # no tests proves nothing
+        False
     """
 
     passed: int
@@ -166,7 +176,16 @@ class RunOutcome:
 
 
 class SandboxRunner(Protocol):
-    """Anything that grades ``files`` against ``tests``."""
+    """Anything that grades ``files`` against ``tests``.
+
+    Example:
+        >>> class Refuse:
+        ...     name = "refuse"
+        ...     def run(self, files, tests, module="solution"):
+        ...         return RunOutcome(0, len(tests), "error", failures=("no sandbox",))
+        >>> Refuse().run({"solution.py": ""}, [TestCase("f()", "1")]).status
+        'error'
+    """
 
     name: str
 
