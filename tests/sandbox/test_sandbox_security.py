@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import tempfile
+import time
 from pathlib import Path
 
 import httpx
@@ -105,15 +107,25 @@ def test_fork_bomb_and_background_processes_are_gone_after_kill(sdk, server):
         background=True,
     )
     sbx.commands.run("bomb() { bomb | bomb & }; bomb; sleep 600", background=True)
-    assert wait_until(lambda: len(sandbox_pids(sbx.sandbox_id)) >= 10)
-    # The process limit holds the bomb; the server keeps answering meanwhile.
-    assert len(sandbox_pids(sbx.sandbox_id)) < 500
+    limit = server.templates.get("small").max_processes  # 48
+    assert wait_until(lambda: len(sandbox_pids(sbx.sandbox_id)) >= limit // 2)
+    # The process limit holds the bomb: the sandbox's processes (its init counts too) never
+    # exceed it, however long the bomb keeps forking.
+    counts = []
+    for _ in range(20):
+        counts.append(len(sandbox_pids(sbx.sandbox_id)))
+        time.sleep(0.05)
+    assert max(counts) <= limit, counts
+    # The server and other sandboxes keep answering meanwhile.
     other = Sandbox.create(timeout=30, **sdk)
     assert other.commands.run("echo alive").stdout == "alive\n"
     other.kill()
+    init = server.manager.sandboxes[sbx.sandbox_id].spawner._init
     assert sbx.kill()
     assert wait_until(lambda: sandbox_pids(sbx.sandbox_id) == [])
     assert not (server.root / sbx.sandbox_id).exists()
+    # The sandbox's bubblewrap and init are gone too, reaped by the server (no zombies).
+    assert wait_until(lambda: init.returncode is not None)
 
 
 def test_memory_limit_stops_a_big_allocation(sdk):
@@ -133,7 +145,15 @@ def test_cpu_time_limit_stops_a_busy_loop(sdk):
     sbx = Sandbox.create(template="small", timeout=60, **sdk)  # 2 CPU seconds
     try:
         code, out = run(sbx, 'python -c "while True: pass"', timeout=60)
-        assert code != 0
+        # SIGXCPU at the soft limit (the hard limit, one second later, would be SIGKILL).
+        assert code == 128 + signal.SIGXCPU, (code, out)
+        # A process that catches SIGXCPU is killed at the hard limit.
+        catch = (
+            'python -c "import signal; signal.signal(signal.SIGXCPU, lambda *a: None)\n'
+            'while True: pass"'
+        )
+        code, out = run(sbx, catch, timeout=60)
+        assert code == 128 + signal.SIGKILL, (code, out)
     finally:
         sbx.kill()
 
@@ -178,3 +198,34 @@ def test_requests_without_the_api_key_are_refused(server, sdk):
         assert client.delete(f"/sandboxes/{sid}", headers={"X-API-KEY": API_KEY}).status_code == 204
     with pytest.raises(AuthenticationException):
         Sandbox.create(api_url=server.url, sandbox_url=server.url, api_key="wrong")
+
+
+def test_envd_requests_for_unknown_sandboxes_do_not_reveal_whether_they_exist(server, sdk):
+    live = Sandbox.create(timeout=60, **sdk)
+    ended = Sandbox.create(timeout=60, **sdk)
+    ended_token = server.manager.access_token(ended.sandbox_id)
+    ended.kill()
+    try:
+        with httpx.Client(base_url=server.url) as client:
+
+            def health(sandbox_id: str, **headers: str) -> int:
+                return client.get(
+                    "/health", headers={"E2b-Sandbox-Id": sandbox_id, **headers}
+                ).status_code
+
+            # Any guessed token: the same 401 for a live, an ended and a never-created id.
+            for sandbox_id in (live.sandbox_id, ended.sandbox_id, "i0123456789abcdef0123"):
+                assert health(sandbox_id, **{"X-Access-Token": "guess"}) == 401
+                assert health(sandbox_id) == 401
+            # Another sandbox's valid token does not open this one either.
+            live_token = server.manager.access_token(live.sandbox_id)
+            assert health(ended.sandbox_id, **{"X-Access-Token": live_token}) == 401
+            assert health("i0123456789abcdef0123", **{"X-Access-Token": live_token}) == 401
+            # Only the holder of the id's own token (or the API key) learns it is gone: the 502
+            # that the SDK reads as "not running".
+            assert health(live.sandbox_id, **{"X-Access-Token": live_token}) == 204
+            assert health(ended.sandbox_id, **{"X-Access-Token": ended_token}) == 502
+            assert health("i0123456789abcdef0123", **{"X-API-KEY": API_KEY}) == 502
+        assert live.is_running() and not ended.is_running()
+    finally:
+        live.kill()

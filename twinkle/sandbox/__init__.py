@@ -4,10 +4,14 @@ The unmodified ``e2b`` SDK (and so :class:`twinkle.envs.AgentEnv`) talks to it e
 E2B or AgentENV: it serves E2B's control plane (create, connect, set timeout, kill, list,
 info) and the in-sandbox daemon's protocol (process start with streamed output, stdin,
 signals; file read, write, list, stat, make-dir, move, remove) on one loopback port. Each
-command runs under bubblewrap with a read-only host root, the sandbox's private writable
-``/home/user`` and ``/tmp``, its own PID/user/mount namespaces, no network unless the
-template allows it, and per-process memory, CPU-time and process-count limits. Killing a
-sandbox (or its timeout, or server shutdown) kills every process group it started.
+sandbox is one bubblewrap instance with a read-only host root, its private writable
+``/home/user`` and ``/tmp``, its own PID/user/mount/IPC/UTS/network namespaces (no network
+unless the template allows it), per-process memory and CPU-time limits and a process-count
+limit for the whole sandbox. A small init inside it (:mod:`twinkle.sandbox.spawner`) starts
+every command, so the commands of one sandbox share one OS as on E2B: a server started with
+``background=True`` by one command is reachable on ``127.0.0.1`` from the next, and ``ps``
+sees earlier commands' processes. Killing a sandbox (or its timeout, or server shutdown)
+kills its init, and the kernel then kills everything left in its PID namespace.
 
 Use from Python (tests start it in-process on port 0)::
 
@@ -25,9 +29,9 @@ The SDK must be given a sandbox URL equal to the API URL (``sandbox_url=`` or
 ``E2B_SANDBOX_URL``); otherwise it sends command traffic to E2B's public cloud. ``AgentEnv``
 and :meth:`SandboxServer.env` take care of that.
 
-Differences from a microVM: every command gets fresh namespaces, so a process left running
-in the background by one command ends with that command (use ``background=True`` for
-servers), and processes of different commands do not see each other.
+Differences from a microVM: the kernel, the read-only root and the installed software are
+the host's (a template's ``root`` may point at another tree; it must provide ``python3`` for
+the init); only ``/home/user`` and ``/tmp`` are writable; there is no root user inside.
 """
 
 from twinkle.sandbox.isolation import IsolationError

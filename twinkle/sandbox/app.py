@@ -7,7 +7,8 @@ plain ASGI served by uvicorn rather than a framework: the routes are few, the ha
 cheap, and the process stream controls its own chunked response.
 
 Authentication: every control-plane request needs ``X-API-KEY``; every envd request needs
-the sandbox's ``X-Access-Token`` (handed out by create/connect) or the API key.
+the sandbox's ``X-Access-Token`` (handed out by create/connect) or the API key, checked
+before the sandbox is looked up, so that an unknown id answers 401 like a wrong token.
 """
 
 from __future__ import annotations
@@ -184,20 +185,22 @@ class SandboxApp:
         query: dict[str, str],
     ) -> None:
         sid = headers["e2b-sandbox-id"]
+        token = headers.get("x-access-token", "").encode()
+        # Checked before the lookup, the same way for live, ended and unknown ids: a caller
+        # without this id's token (or the API key) cannot learn whether the sandbox exists.
+        if not (
+            hmac.compare_digest(token, self.manager.access_token(sid).encode())
+            or self._key_ok(headers)
+        ):
+            await read_body(receive)
+            await send_json(send, 401, {"code": 401, "message": "Invalid or missing access token"})
+            return
         try:
             sbx = self.manager.get(sid)
         except KeyError:
             await read_body(receive)
-            if "x-access-token" not in headers and not self._key_ok(headers):
-                await send_json(send, 401, {"code": 401, "message": "Missing access token"})
-                return
             # The SDK reads this 502 wording as "sandbox not running" (killed or expired).
             await send_json(send, 502, {"code": 502, "message": f"The sandbox {sid} was not found"})
-            return
-        token = headers.get("x-access-token", "").encode()
-        if not (hmac.compare_digest(token, sbx.access_token.encode()) or self._key_ok(headers)):
-            await read_body(receive)
-            await send_json(send, 401, {"code": 401, "message": "Invalid or missing access token"})
             return
         await self.envd.handle(receive, send, method, path, headers, query, sbx)
 

@@ -24,7 +24,8 @@ from typing import Any
 
 from twinkle.sandbox.asgi_io import read_body, send_empty, send_json, send_raw
 from twinkle.sandbox.files import OutsideSandbox, ThroughSymlink, normalize
-from twinkle.sandbox.sandbox import Process, Sandbox, SandboxManager
+from twinkle.sandbox.processes import InitError, Process
+from twinkle.sandbox.sandbox import Sandbox, SandboxManager
 
 _CONNECT_STATUS = {
     "invalid_argument": 400,
@@ -201,11 +202,10 @@ class Envd:
     async def _in_sandbox(self, sbx: Sandbox, argv: list[str], stdin: bytes | None = None) -> bytes:
         """Run a helper command inside the sandbox, with its view and rights; stdout or OSError."""
         proc = await self.manager.start(sbx, argv[0], argv[1:], {}, None, stdin=stdin is not None)
-        if stdin is not None and proc.proc.stdin is not None:
-            proc.proc.stdin.write(stdin)
-            with contextlib.suppress(ConnectionError):
-                await proc.proc.stdin.drain()
-            proc.proc.stdin.close()
+        if stdin is not None:
+            with contextlib.suppress(OSError):  # the helper may have failed before reading
+                proc.write_stdin(stdin)
+            proc.close_stdin()
         out, err = bytearray(), bytearray()
         while (event := await proc.events.get())[0] != "end":
             (out if event[0] == "stdout" else err).extend(event[1])
@@ -240,12 +240,11 @@ class Envd:
             chunk = (
                 (req.get("input") or {}).get("stdin") or (req.get("input") or {}).get("pty") or ""
             )
-            if proc.proc.stdin is None or proc.proc.stdin.is_closing():
+            if not proc.stdin_open:
                 raise RpcError("failed_precondition", f"stdin of process {proc.pid} is not open")
-            proc.proc.stdin.write(base64.b64decode(chunk))
+            proc.write_stdin(base64.b64decode(chunk))
         elif method == "CloseStdin":
-            if proc.proc.stdin is not None:
-                proc.proc.stdin.close()
+            proc.close_stdin()
         else:
             raise RpcError("unimplemented", f"process.Process/{method} is not supported")
         return {}
@@ -313,7 +312,12 @@ class Envd:
                 tag=req.get("tag"),
             )
         except (RpcError, ValueError, OSError) as exc:
-            error = exc if isinstance(exc, RpcError) else RpcError("invalid_argument", str(exc))
+            if isinstance(exc, RpcError):
+                error = exc
+            else:
+                error = RpcError(
+                    "unavailable" if isinstance(exc, InitError) else "invalid_argument", str(exc)
+                )
             await end_stream(send, {"error": {"code": error.code, "message": error.message}})
             return
         deadline_ms = headers.get("connect-timeout-ms")

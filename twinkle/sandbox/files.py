@@ -96,7 +96,7 @@ class SandboxFiles:
         >>> import tempfile
         >>> d = Path(tempfile.mkdtemp()); (d / 'home').mkdir(); (d / 'tmp').mkdir()
         >>> files = SandboxFiles(d, owner=(os.getuid(), os.getgid()))
-        >>> files.write('/home/user/a/b.txt', b'hi'); files.read('/home/user/a/b.txt')
+        >>> _ = files.write('/home/user/a/b.txt', b'hi'); files.read('/home/user/a/b.txt')
         b'hi'
     """
 

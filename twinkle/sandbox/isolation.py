@@ -1,12 +1,14 @@
-"""How a sandbox command is started: under bubblewrap, or (opt-in only) as a plain process.
+"""How a sandbox is isolated: under bubblewrap, or (opt-in only) as plain processes.
 
-bubblewrap (``bwrap``) gives each command a read-only view of the host root, the sandbox's
-own writable ``/home/user`` and ``/tmp``, fresh PID/IPC/UTS/mount/user namespaces and no
-network unless the template allows it. It runs unprivileged, so a plain ``asyncio``
-subprocess per command is enough: no daemon, no root filesystem copy, a few milliseconds
-per start. Limits are resource limits set inside the new user namespace, where the
-sandbox cannot raise them again; there the process limit counts only that namespace's
-processes (Linux 5.14+), so one sandbox's fork bomb cannot starve another.
+bubblewrap (``bwrap``) gives each sandbox a read-only view of the host root, its own
+writable ``/home/user`` and ``/tmp``, fresh PID/IPC/UTS/mount/user namespaces and no network
+unless the template allows it. It runs unprivileged, so no daemon and no root filesystem copy
+are needed. One bubblewrap process per sandbox runs the sandbox's init
+(:mod:`twinkle.sandbox.spawner`), which starts every command of the sandbox inside those
+namespaces, so the sandbox behaves as one OS. Limits are resource limits the init sets on
+each command inside the new user namespace, where the sandbox cannot raise them again; there
+the process limit counts only that sandbox's processes (Linux 5.14+), so one sandbox's fork
+bomb cannot starve another.
 
 The host uid the sandbox runs as must not be root: the kernel exempts root from the
 process limit. A server started as root therefore runs its sandboxes as ``nobody``.
@@ -18,9 +20,11 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from twinkle.sandbox.processes import BOOTSTRAP
 from twinkle.sandbox.templates import Template
 
 log = logging.getLogger(__name__)
@@ -33,9 +37,8 @@ SANDBOX_UID = 1000
 #: The host uid a root server runs sandboxes as (``nobody``).
 UNPRIVILEGED_UID = 65534
 
-# Set inside the sandbox's namespaces before the command runs. Soft and hard limits are both
-# set, and the sandbox holds no capability that could raise them.
-_LIMITS = "ulimit -S -H -c 0 {nproc}-v {vmem_kb} -t {cpu} || exit 126"
+#: Where the init's Python is looked for inside a template's root.
+_PYTHON_DIRS = ("/usr/local/bin", "/usr/bin", "/bin")
 
 
 # Replaces /etc/profile inside sandboxes (read by the SDK's `bash -l`). Debian's own forks
@@ -103,22 +106,9 @@ def _drop_kwargs(drop: bool) -> dict[str, object]:
     return {"user": UNPRIVILEGED_UID, "group": UNPRIVILEGED_UID, "extra_groups": []}
 
 
-def _with_limits(limits: str, cmd: str, args: list[str]) -> list[str]:
-    """``cmd args`` with the limits applied first.
-
-    The SDK runs everything as ``/bin/bash -l -c <command>``: the limits then go in front of
-    the command on its first line (no extra process, same line numbers in error messages).
-    Anything else is wrapped in a small bash that sets them and execs it.
-    """
-    if cmd in ("/bin/bash", "bash") and "-c" in args[:-1]:
-        at = args.index("-c") + 1
-        return [cmd, *args[:at], f"{limits}; {args[at]}", *args[at + 1 :]]
-    return ["/bin/bash", "-c", f'{limits}; exec "$@"', "sandbox", cmd, *args]
-
-
 @dataclass(frozen=True, slots=True)
 class Isolation:
-    """Builds the argv that runs one command of one sandbox.
+    """Builds the argv of a sandbox's init and the limits of its commands.
 
     Args:
         bwrap: path of the ``bwrap`` binary, or None to run commands unisolated (unsafe;
@@ -128,8 +118,10 @@ class Isolation:
 
     Example:
         >>> iso = Isolation(bwrap=None, server_root=Path('/tmp/x'))
-        >>> iso.argv(Template(name='base'), Path('/tmp/x/s1'), '/bin/true', [], '/home/user')[-1]
-        '/bin/true'
+        >>> iso.init_argv(Template(name='base'), Path('/tmp/x/s1'), network=False)[-1]
+        '{fd}'
+        >>> iso.limits(Template(name='base'))['cpu']
+        600
     """
 
     bwrap: str | None
@@ -150,19 +142,36 @@ class Isolation:
     def isolated(self) -> bool:
         return self.bwrap is not None
 
-    def argv(
-        self, template: Template, sandbox_dir: Path, cmd: str, args: list[str], cwd: str
-    ) -> list[str]:
-        """The full argv: bwrap's mounts and namespaces, the limits, then ``cmd args``."""
-        limits = _LIMITS.format(
+    def limits(self, template: Template) -> dict[str, int]:
+        """The resource limits of each command (the spawner's ``limits`` message field)."""
+        return {
             # Unisolated, the process limit would count all of the server user's processes.
-            nproc=f"-u {template.max_processes} " if self.isolated else "",
-            vmem_kb=template.memory_mb * 1024,
-            cpu=template.cpu_seconds,
-        )
-        inner = _with_limits(limits, cmd, args)
+            "nproc": template.max_processes if self.isolated else 0,
+            "as": template.memory_mb * 1024 * 1024,
+            "cpu": template.cpu_seconds,
+        }
+
+    def init_argv(self, template: Template, sandbox_dir: Path, network: bool) -> list[str]:
+        """The argv of the sandbox's init: bwrap's mounts and namespaces, then the spawner.
+
+        ``{fd}`` stands for the control socket's descriptor number. IsolationError if the
+        template's root has no ``python3`` to run the spawner with.
+        """
         if self.bwrap is None:
-            return inner
+            return [sys.executable, "-I", "-S", "-c", BOOTSTRAP, "{fd}"]
+        python = next(
+            (
+                f"{d}/python3"
+                for d in _PYTHON_DIRS
+                if Path(template.root, d[1:], "python3").exists()
+            ),
+            None,
+        )
+        if python is None:
+            raise IsolationError(
+                f"template {template.name!r}: its root {template.root} has no python3 in "
+                f"{', '.join(_PYTHON_DIRS)}; the sandbox's init is a small Python program"
+            )
         out = [self.bwrap, "--ro-bind", template.root, "/", "--dev", "/dev", "--proc", "/proc"]
         # Hide everything that is not this sandbox's: all sandboxes, other homes, root's home.
         for hidden in (str(self.server_root), "/home", "/root"):
@@ -186,12 +195,14 @@ class Isolation:
             "--hostname",
             "sandbox",
             "--die-with-parent",
+            # The init is the namespace's PID 1: the sandbox's processes cannot kill it.
+            "--as-pid-1",
             "--chdir",
-            cwd,
+            SANDBOX_HOME,
         ]
-        if template.network:
+        if network:
             out.append("--share-net")
-        return out + ["--", *inner]
+        return out + ["--", python, "-I", "-S", "-c", BOOTSTRAP, "{fd}"]
 
     def check_root(self) -> None:
         """ValueError if the sandbox user cannot reach ``server_root`` (bwrap binds by path)."""

@@ -1,31 +1,33 @@
-"""Sandboxes and their processes: create, run commands, kill, reap.
+"""Sandboxes: create, run commands, kill, reap.
 
 Everything here runs on the server's asyncio loop. A sandbox is a host directory (its
-``home`` and ``tmp``) plus the processes started in it; each command is one bubblewrap
-process started with :func:`asyncio.create_subprocess_exec` in its own process group, so
-killing the group and letting the command's PID namespace collapse removes everything the
-command started, including background and forked children.
+``home`` and ``tmp``) plus one long-lived init process (:mod:`twinkle.sandbox.processes`)
+started under bubblewrap at create time; every command is forked by that init inside the
+sandbox's namespaces, so commands share processes, network and files as on one machine.
+Killing the init's process group collapses the sandbox's PID namespace, which removes
+everything its commands started, including background and forked children.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import hmac
 import os
 import secrets
 import shutil
-import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from twinkle.sandbox.files import SandboxFiles
-from twinkle.sandbox.isolation import SANDBOX_HOME, Isolation
+from twinkle.sandbox.isolation import SANDBOX_HOME, Isolation, IsolationError
+from twinkle.sandbox.processes import Process, Spawner
 from twinkle.sandbox.templates import Template, TemplateRegistry
 
 #: The envd version reported to the SDK; 0.5.7 unlocks octet-stream uploads and stdin control.
 ENVD_VERSION = "0.5.7"
-_READ_CHUNK = 64 * 1024
 _PROFILE = (
     'export PATH="$HOME/.local/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"\n'
 )
@@ -33,45 +35,6 @@ _PROFILE = (
 
 class SetupError(RuntimeError):
     """A template's setup command failed while creating a sandbox."""
-
-
-@dataclass(eq=False)
-class Process:
-    """One command running in a sandbox; its output arrives on ``events``."""
-
-    pid: int
-    proc: asyncio.subprocess.Process
-    config: dict[str, Any]
-    tag: str | None
-    events: asyncio.Queue[tuple[str, Any]] = field(default_factory=asyncio.Queue)
-    exit_code: int | None = None
-    watcher: asyncio.Task[None] | None = None
-
-    def signal(self, sig: int = signal.SIGKILL) -> None:
-        """Send ``sig`` to the command's whole process group."""
-        try:
-            os.killpg(self.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    async def _pump(self, stream: asyncio.StreamReader, name: str) -> None:
-        while chunk := await stream.read(_READ_CHUNK):
-            self.events.put_nowait((name, chunk))
-
-    async def _watch(self, on_exit: Any) -> None:
-        pumps = [
-            asyncio.create_task(self._pump(s, n))
-            for s, n in ((self.proc.stdout, "stdout"), (self.proc.stderr, "stderr"))
-            if s is not None
-        ]
-        code = await self.proc.wait()
-        # The namespace is gone with its init, so the pipes close; the wait bounds stray writers.
-        await asyncio.wait(pumps, timeout=2.0)
-        for task in pumps:
-            task.cancel()
-        self.exit_code = code
-        on_exit(self)
-        self.events.put_nowait(("end", code))
 
 
 @dataclass(eq=False)
@@ -88,7 +51,12 @@ class Sandbox:
     started_at: float
     end_at: float
     files: SandboxFiles
-    processes: dict[int, Process] = field(default_factory=dict)
+    spawner: Spawner
+
+    @property
+    def processes(self) -> dict[int, Process]:
+        """The running commands by PID (inside the sandbox)."""
+        return {p.pid: p for p in self.spawner.processes.values() if p.pid}
 
     def info(self, detail: bool = False) -> dict[str, Any]:
         """The control plane's JSON for this sandbox (``Sandbox``, or ``SandboxDetail``)."""
@@ -113,8 +81,7 @@ class Sandbox:
         return out
 
     def kill_processes(self) -> None:
-        for proc in list(self.processes.values()):
-            proc.signal(signal.SIGKILL)
+        self.spawner.kill()
 
 
 def _iso(ts: float) -> str:
@@ -129,6 +96,8 @@ class SandboxManager:
         isolation: how commands are started (bubblewrap, or unisolated).
         root: the directory holding one sub-directory per sandbox.
         max_sandboxes: refuse to create more than this many live sandboxes.
+        token_key: the secret that access tokens are derived from (random by default; the
+            server passes its API key, so tokens stay valid across a restart).
 
     Example (inside a running event loop)::
 
@@ -143,8 +112,10 @@ class SandboxManager:
         isolation: Isolation,
         root: Path,
         max_sandboxes: int = 1024,
+        token_key: bytes | None = None,
     ) -> None:
         self.templates = templates
+        self._token_key = token_key or secrets.token_bytes(32)
         self.isolation = isolation
         self.root = root
         self.max_sandboxes = max_sandboxes
@@ -167,19 +138,31 @@ class SandboxManager:
             raise OverflowError(f"too many sandboxes (max {self.max_sandboxes})")
         sandbox_id = "i" + secrets.token_hex(10)
         directory = self.root / sandbox_id
+        network = tmpl.network and allow_internet is not False
+        try:
+            init = self.isolation.init_argv(tmpl, directory, network)
+        except IsolationError as exc:
+            raise SetupError(str(exc)) from exc
         self._make_dirs(directory)
+        spawner = Spawner(init, self.isolation.spawn_kwargs(), self.isolation.isolated)
+        try:
+            spawner.start()  # the init boots while the client gets its answer
+        except OSError as exc:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise SetupError(f"template {tmpl.name!r}: cannot start the sandbox: {exc}") from exc
         now = time.time()
         sbx = Sandbox(
             sandbox_id=sandbox_id,
             template=tmpl,
             directory=directory,
-            access_token=secrets.token_urlsafe(24),
+            access_token=self.access_token(sandbox_id),
             envs=dict(envs),
             metadata=dict(metadata),
-            network=tmpl.network and allow_internet is not False,
+            network=network,
             started_at=now,
             end_at=now + timeout,
             files=SandboxFiles(directory, self.owner, hidden=(str(self.root), "/root", "/home")),
+            spawner=spawner,
         )
         self.sandboxes[sandbox_id] = sbx
         try:
@@ -220,6 +203,16 @@ class SandboxManager:
         for path in (home, tmp, *home.rglob("*")):
             os.chown(path, *self.owner, follow_symlinks=False)
 
+    def access_token(self, sandbox_id: str) -> str:
+        """The envd access token of ``sandbox_id``: an HMAC of the id, so no table is needed.
+
+        Any id can be checked, live or not, so an envd request for an unknown id is refused
+        exactly like one with a wrong token unless its token is the one this server (or one
+        restarted with the same key) handed out; only then does it learn "not found".
+        """
+        digest = hmac.new(self._token_key, b"envd-access-token:" + sandbox_id.encode(), "sha256")
+        return base64.urlsafe_b64encode(digest.digest()).decode().rstrip("=")
+
     def get(self, sandbox_id: str) -> Sandbox:
         """The live sandbox with this id; KeyError if there is none (killed, expired or unknown)."""
         sbx = self.sandboxes.get(sandbox_id)
@@ -236,6 +229,8 @@ class SandboxManager:
             return False
         sbx.kill_processes()
         shutil.rmtree(sbx.directory, ignore_errors=True)
+        # Its processes die a moment after the kill: remove anything they wrote meanwhile.
+        sbx.spawner.on_exit = lambda: shutil.rmtree(sbx.directory, ignore_errors=True)
         return True
 
     def reap(self) -> int:
@@ -252,9 +247,12 @@ class SandboxManager:
             self.reap()
 
     def shutdown(self) -> None:
-        """Kill every sandbox (server shutdown)."""
-        for sid in list(self.sandboxes):
-            self.kill(sid)
+        """Kill every sandbox (server shutdown), and wait for their inits to end."""
+        killed = list(self.sandboxes.values())
+        for sbx in killed:
+            self.kill(sbx.sandbox_id)
+        for sbx in killed:
+            sbx.spawner.reap(timeout=2.0)
 
     # -- processes -----------------------------------------------------------------------
     async def start(
@@ -267,13 +265,12 @@ class SandboxManager:
         stdin: bool,
         tag: str | None = None,
     ) -> Process:
-        """Start ``cmd args`` in the sandbox; output and exit arrive on ``Process.events``."""
+        """Start ``cmd args`` in the sandbox; output and exit arrive on ``Process.events``.
+
+        InitError (an OSError) if the sandbox's init is gone or cannot start it.
+        """
         cwd = cwd or SANDBOX_HOME
         tmpl = sbx.template
-        if sbx.network != tmpl.network:
-            from dataclasses import replace
-
-            tmpl = replace(tmpl, network=sbx.network)
         home = SANDBOX_HOME if self.isolation.isolated else str(sbx.directory / "home")
         env = {
             "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -287,26 +284,13 @@ class SandboxManager:
             **sbx.envs,
             **envs,
         }
-        argv = self.isolation.argv(tmpl, sbx.directory, cmd, args, cwd)
-        host_cwd = None if self.isolation.isolated else self.isolation.host_path(sbx.directory, cwd)
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=env,
-            cwd=host_cwd,
-            start_new_session=True,
-            **self.isolation.spawn_kwargs(),
-        )
-        process = Process(
-            pid=proc.pid,
-            proc=proc,
-            tag=tag,
+        host_cwd = cwd if self.isolation.isolated else self.isolation.host_path(sbx.directory, cwd)
+        return await sbx.spawner.run(
+            [cmd, *args],
+            env,
+            str(host_cwd),
+            self.isolation.limits(tmpl),
+            stdin,
             config={"cmd": cmd, "args": list(args), "envs": dict(envs), "cwd": cwd},
+            tag=tag,
         )
-        sbx.processes[proc.pid] = process
-        process.watcher = asyncio.create_task(
-            process._watch(lambda p: sbx.processes.pop(p.pid, None))
-        )
-        return process

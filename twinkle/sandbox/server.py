@@ -79,7 +79,11 @@ class SandboxServer:
         bwrap, drop = found if found is not None else (None, False)
         self.isolation = Isolation(bwrap=bwrap, server_root=self.root, drop_privileges=drop)
         self.manager = SandboxManager(
-            self.templates, self.isolation, self.root, max_sandboxes=max_sandboxes
+            self.templates,
+            self.isolation,
+            self.root,
+            max_sandboxes=max_sandboxes,
+            token_key=self.api_key.encode(),
         )
         self._sandbox_app = SandboxApp(self.manager, self.api_key)
         #: The ASGI app served by ``start()``; wrap it before starting to observe requests.
@@ -120,8 +124,15 @@ class SandboxServer:
         self.isolation.check_root()
         (self.root / ".etc-profile").write_text(ETC_PROFILE)
         http = ThreadedServer(
-            self.app, self.host, self.port, name="twinkle-sandbox", lifespan="on",
-            timeout_keep_alive=75, timeout_graceful_shutdown=5, http="h11", ws="none",
+            self.app,
+            self.host,
+            self.port,
+            name="twinkle-sandbox",
+            lifespan="on",
+            timeout_keep_alive=75,
+            timeout_graceful_shutdown=5,
+            http="h11",
+            ws="none",
         )
         self._http = http.start(timeout)
         self.port = http.port

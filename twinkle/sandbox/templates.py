@@ -34,12 +34,14 @@ class Template:
 
     Args:
         name: the name clients pass as ``template``.
-        root: host directory mounted read-only as the sandbox's ``/`` (default: the host root).
+        root: host directory mounted read-only as the sandbox's ``/`` (default: the host
+            root); it must provide ``python3``, which runs the sandbox's init.
         env: environment variables of every command.
         setup: shell commands run once when a sandbox is created (a failure fails the create).
         memory_mb: address-space limit of each process, in MiB.
         cpu_seconds: CPU-time limit of each process, in seconds.
-        max_processes: process limit inside one command's namespace (stops fork bombs).
+        max_processes: process limit of the whole sandbox, its init included (stops fork
+            bombs).
         network: whether commands may reach the network (loopback only otherwise).
         cpu_count: the CPU count reported to clients.
         disk_mb: the disk size reported to clients.

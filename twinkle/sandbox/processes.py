@@ -1,0 +1,377 @@
+"""A sandbox's commands, started through its init (:mod:`twinkle.sandbox.spawner`).
+
+Each sandbox has one long-lived init process, started under bubblewrap when the sandbox is
+created. A command is one message to it over a ``SOCK_SEQPACKET`` socket pair, carrying the
+command's three pipe ends as file descriptors; the init forks and execs the command inside
+the sandbox's namespaces and reports its PID and exit status. The server keeps the other
+pipe ends and reads them on its asyncio loop (``add_reader``), so output streams while the
+command runs and stdin is an ordinary pipe.
+
+The stdlib is enough here: ``socket.send_fds`` passes the descriptors and a pidfd tells the
+loop when the init itself ends. The init is the PID 1 of the sandbox's PID namespace: killing
+it makes the kernel kill every process left in the sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from itertools import count
+from pathlib import Path
+from typing import Any
+
+_READ_CHUNK = 64 * 1024
+#: The init's command line: it reads the spawner program as the first packet on its socket,
+#: so ``ps`` in the sandbox shows a short line instead of the program's source.
+BOOTSTRAP = "import os, sys; exec(os.read(int(sys.argv[1]), 1 << 20))"
+_SPAWNER_SOURCE = Path(__file__).with_name("spawner.py").read_bytes()
+#: How long a command waits for the init to fork it (the init's own start-up included).
+START_TIMEOUT = 30.0
+
+
+class InitError(OSError):
+    """The sandbox's init is gone or could not start a command."""
+
+
+@dataclass(eq=False)
+class Process:
+    """One command running in a sandbox; its output and exit arrive on ``events``.
+
+    ``pid`` is the PID inside the sandbox (what ``ps`` there shows); ``exit_code`` is the exit
+    status, or minus the signal number that ended it.
+    """
+
+    request: int
+    config: dict[str, Any]
+    tag: str | None
+    spawner: Spawner
+    pid: int = 0
+    events: asyncio.Queue[tuple[str, Any]] = field(default_factory=asyncio.Queue)
+    exit_code: int | None = None
+    stdin: asyncio.WriteTransport | None = None
+    outputs: dict[int, str] = field(default_factory=dict)  # read fd -> "stdout" / "stderr"
+
+    def signal(self, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` to the command's process group (it is a session leader)."""
+        if self.exit_code is None and self.pid:
+            with contextlib.suppress(InitError):  # the init is gone, and the command with it
+                self.spawner.signal(self.pid, sig)
+
+    @property
+    def stdin_open(self) -> bool:
+        return self.stdin is not None and not self.stdin.is_closing()
+
+    def write_stdin(self, data: bytes) -> None:
+        if not self.stdin_open:
+            raise InitError(f"stdin of process {self.pid} is not open")
+        assert self.stdin is not None
+        self.stdin.write(data)
+
+    def close_stdin(self) -> None:
+        if self.stdin is not None:
+            self.stdin.close()  # after the buffered input is written
+
+
+class Spawner:
+    """The server's end of one sandbox's init.
+
+    Args:
+        argv: how to start the init (bubblewrap's argv ending in ``python3 -c BOOTSTRAP``),
+            with ``{fd}`` standing for the socket's descriptor number.
+        spawn_kwargs: extra ``subprocess.Popen`` arguments (the host uid to run as).
+        isolated: whether the init has its own PID namespace; without one, killing the
+            sandbox must kill each command's process group itself.
+
+    Example (inside a running event loop)::
+
+        spawner = Spawner(['python3', '-I', '-S', '-c', BOOTSTRAP, '{fd}'], {}, isolated=False)
+        spawner.start()
+        proc = await spawner.run(['/bin/echo', 'hi'], {'PATH': '/bin'}, '/tmp', {}, False, {})
+        await proc.events.get()   # ('stdout', b'hi\\n')
+    """
+
+    def __init__(self, argv: list[str], spawn_kwargs: dict[str, Any], isolated: bool) -> None:
+        self.argv = argv
+        self.spawn_kwargs = spawn_kwargs
+        self.isolated = isolated
+        self.processes: dict[int, Process] = {}  # request id -> process, until it ends
+        self._ids = count(1)
+        self._pending: dict[int, asyncio.Future[int]] = {}
+        self._init: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+        self._pidfd: int | None = None
+        self._devnull: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.error: str | None = None  # why the init is gone, once it is
+        #: Called once the init has ended and been reaped.
+        self.on_exit: Callable[[], None] | None = None
+
+    # -- the init ------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the init; returns at once (commands queue on the socket while it boots)."""
+        self._loop = asyncio.get_running_loop()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            argv = [a.replace("{fd}", str(theirs.fileno())) for a in self.argv]
+            self._init = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                pass_fds=(theirs.fileno(),),
+                start_new_session=True,
+                env={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"},
+                **self.spawn_kwargs,
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self._sock = ours
+        ours.send(_SPAWNER_SOURCE)
+        ours.setblocking(False)
+        self._loop.add_reader(ours.fileno(), self._on_message)
+        self._pidfd = os.pidfd_open(self._init.pid)
+        self._loop.add_reader(self._pidfd, self._on_init_exit)
+        self._devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+
+    @property
+    def alive(self) -> bool:
+        return self._sock is not None
+
+    def kill(self, reason: str = "the sandbox was killed") -> None:
+        """Kill the init and with it every process of the sandbox; ends every open stream."""
+        if not self.alive:
+            return
+        if not self.isolated:  # no PID namespace to collapse: kill each command's group
+            for proc in self.processes.values():
+                if proc.pid > 0:  # never killpg(0): that is the server's own group
+                    with contextlib.suppress(OSError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+        if self._init is not None:
+            with contextlib.suppress(OSError):
+                os.kill(self._inner_pid(), signal.SIGKILL)
+        self._shut(reason)
+
+    def _inner_pid(self) -> int:
+        """The init's host PID: bubblewrap's child (or the init itself, unisolated).
+
+        Killing it rather than bubblewrap lets every process be reaped by its own parent: the
+        PID namespace collapses, bubblewrap reaps the init and exits, the loop reaps
+        bubblewrap. Killing bubblewrap first would orphan the init to the host's PID 1, which
+        in a container often reaps nothing.
+        """
+        assert self._init is not None
+        pid = self._init.pid
+        if self.isolated:
+            with contextlib.suppress(OSError, ValueError):
+                children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+                if children:
+                    return int(children[0])
+        return pid
+
+    def reap(self, timeout: float) -> None:
+        """Wait for the init to end after ``kill`` (server shutdown: the loop may be gone)."""
+        if self._init is not None and self._pidfd is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._init.wait(timeout)
+                self._on_init_exit()
+
+    def _shut(self, reason: str) -> None:
+        self.error = self.error or reason
+        if self._sock is not None:
+            if self._loop is not None:
+                with contextlib.suppress(Exception):
+                    self._loop.remove_reader(self._sock.fileno())
+            self._sock.close()
+            self._sock = None
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(InitError(f"sandbox init is gone: {self.error}"))
+        self._pending.clear()
+        for proc in list(self.processes.values()):
+            self._finish(proc, -signal.SIGKILL)
+        if self._devnull is not None:
+            os.close(self._devnull)
+            self._devnull = None
+
+    def _on_init_exit(self) -> None:
+        assert self._init is not None and self._pidfd is not None
+        assert self._loop is not None
+        with contextlib.suppress(Exception):
+            self._loop.remove_reader(self._pidfd)
+        os.close(self._pidfd)
+        self._pidfd = None
+        code = self._init.wait()
+        detail = b""
+        if self._init.stderr is not None:
+            # The init's stderr only carries start-up failures (bubblewrap's, python's).
+            os.set_blocking(self._init.stderr.fileno(), False)
+            with contextlib.suppress(OSError, TypeError):
+                detail = self._init.stderr.read(4096) or b""
+            self._init.stderr.close()
+        message = detail.decode(errors="replace").strip()
+        self._shut(f"init exited with status {code}" + (f": {message}" if message else ""))
+        if self.on_exit is not None:
+            self.on_exit()
+
+    def _on_message(self) -> None:
+        assert self._sock is not None
+        while self._sock is not None:
+            try:
+                data = self._sock.recv(65536)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                data, self.error = b"", f"init socket failed: {exc}"
+            if not data:
+                if (
+                    self._init is not None
+                    and self._pidfd is not None
+                    and self._init.poll() is not None
+                ):
+                    self._on_init_exit()  # it exited: report why (its stderr)
+                else:
+                    self.kill("init closed its socket")
+                return
+            try:
+                message = json.loads(data)
+                request = int(message["id"])
+                pid = int(message["pid"]) if "pid" in message else None
+                status = None if pid is not None else int(message["status"])
+            except (ValueError, KeyError, TypeError):
+                # The init shares the sandbox with untrusted code: a bad message ends it.
+                self.kill(f"init sent a malformed message: {data[:200]!r}")
+                return
+            if pid is not None:
+                future = self._pending.pop(request, None)
+                if future is not None and not future.done():
+                    future.set_result(pid)
+            elif request in self.processes and status is not None:
+                self._finish(self.processes[request], status)
+
+    def signal(self, pid: int, sig: int) -> None:
+        """Ask the init to send ``sig`` to the process group ``pid`` (inside the sandbox)."""
+        self._send({"op": "signal", "pid": pid, "signal": int(sig)}, [])
+
+    def _send(self, message: dict[str, Any], fds: list[int]) -> None:
+        if self._sock is None:
+            raise InitError(f"sandbox init is gone: {self.error}")
+        data = json.dumps(message, separators=(",", ":")).encode()
+        try:
+            socket.send_fds(self._sock, [data], fds)
+        except BlockingIOError as exc:  # only if the init stopped reading its socket
+            raise InitError("sandbox init is not answering") from exc
+
+    # -- commands ------------------------------------------------------------------------
+    async def run(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str,
+        limits: dict[str, int],
+        stdin: bool,
+        config: dict[str, Any],
+        tag: str | None = None,
+    ) -> Process:
+        """Start a command; returns once it runs (its PID known). InitError if it cannot."""
+        assert self._loop is not None, "start() first"
+        request = next(self._ids)
+        proc = Process(request=request, config=config, tag=tag, spawner=self)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        in_r = in_w = None
+        try:
+            if stdin:
+                in_r, in_w = os.pipe()
+            future = self._loop.create_future()
+            self._pending[request] = future
+            message = {"op": "start", "id": request, "argv": argv, "env": env, "cwd": cwd}
+            self._send({**message, "limits": limits}, [in_r or self._devnull or -1, out_w, err_w])
+        except BaseException:
+            self._pending.pop(request, None)
+            for fd in (out_r, in_w):
+                if fd is not None:
+                    os.close(fd)
+            os.close(err_r)
+            raise
+        finally:
+            for fd in (out_w, err_w, in_r):  # the init holds its own copies now
+                if fd is not None:
+                    os.close(fd)
+        self.processes[request] = proc
+        for fd, name in ((out_r, "stdout"), (err_r, "stderr")):
+            os.set_blocking(fd, False)
+            proc.outputs[fd] = name
+            self._loop.add_reader(fd, self._pump, proc, fd)
+        if in_w is not None:
+            transport, _ = await self._loop.connect_write_pipe(
+                asyncio.BaseProtocol, os.fdopen(in_w, "wb", buffering=0)
+            )
+            proc.stdin = transport  # type: ignore[assignment]
+        try:
+            proc.pid = await asyncio.wait_for(asyncio.shield(future), START_TIMEOUT)
+        except TimeoutError as exc:
+            self.kill("init did not start a command in time")
+            raise InitError(f"sandbox init did not start the command: {self.error}") from exc
+        except InitError:
+            self._finish(proc, -signal.SIGKILL)
+            raise
+        return proc
+
+    def _pump(self, proc: Process, fd: int) -> None:
+        """Forward what a pipe holds now; after the command ended, discard it (see _finish)."""
+        try:
+            chunk = os.read(fd, _READ_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._close_output(proc, fd)
+        elif proc.exit_code is None:
+            proc.events.put_nowait((proc.outputs[fd], chunk))
+
+    def _close_output(self, proc: Process, fd: int) -> None:
+        if proc.outputs.pop(fd, None) is not None and self._loop is not None:
+            with contextlib.suppress(Exception):
+                self._loop.remove_reader(fd)
+            os.close(fd)
+
+    def _finish(self, proc: Process, status: int) -> None:
+        """The command ended: pass on what it wrote, then its status.
+
+        Its output is in the pipes by now, so reading until they are empty loses nothing. A
+        background child may still hold them open (``server &``); those pipes stay drained
+        and are closed at EOF or when the sandbox dies, so the child never gets SIGPIPE.
+        """
+        if proc.exit_code is not None:
+            return
+        for fd, name in list(proc.outputs.items()):
+            while True:
+                try:
+                    chunk = os.read(fd, _READ_CHUNK)
+                except BlockingIOError:
+                    break
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    self._close_output(proc, fd)
+                    break
+                proc.events.put_nowait((name, chunk))
+        proc.exit_code = status
+        self.processes.pop(proc.request, None)
+        if self._sock is None:  # the sandbox is gone: nothing will hold the pipes any more
+            for fd in list(proc.outputs):
+                self._close_output(proc, fd)
+            if proc.stdin is not None:
+                proc.stdin.abort()
+        proc.events.put_nowait(("end", status))
