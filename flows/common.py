@@ -1,12 +1,17 @@
-"""What the twinkle flows share: output layout, fingerprints, task runners, tracking context.
+"""What the twinkle flows share: work files, fingerprints, cache keys, task runners, tracking.
 
-Stages hand rows to each other in memory (Prefect futures), and each task's result is
-persisted under ``<output_dir>/.prefect-results`` with ``cache_policy=INPUTS``. The rows
-themselves are left out of the cache key; instead every stage result carries a
-*fingerprint*: a hash of its input files' bytes and of every upstream stage's
-configuration. A rerun with the same inputs and settings finds each finished stage by
-that fingerprint and loads its persisted result instead of recomputing it, and hashing a
-few hundred bytes costs nothing next to hashing 10,000 rows.
+Stages hand data to each other as files, never as row lists: each task reads its input
+file(s) with ``twinkle.io``, writes its output under ``<output_dir>/.work`` and returns a
+small dict (path, row count, *fingerprint*). The fingerprint is a hash of the input files'
+bytes and every upstream stage's settings; the flow computes it before calling a task, it
+names the task's output file, and it is the task's whole cache key (``stage_key``), so
+Prefect never pickles or hashes rows. A rerun with the same inputs and settings finds each
+finished stage by fingerprint (state ``Cached``) and its output file in place; a stage
+whose output file is gone is run again (``refresh_cache``).
+
+Reading a file that this process has just written would cost as much as the stage
+itself on 10,000 rows, so ``remember_rows`` keeps the last few written row lists in memory
+(checked against the file's size and mtime); a task in another process (Ray) reads the file.
 
 Example:
     >>> fingerprint('abc', {'filters': ['hard']}) == fingerprint('abc', {'filters': ['hard']})
@@ -18,14 +23,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
-
-from prefect.cache_policies import INPUTS
-
-#: Cache on inputs, but not on rows (large) or live endpoints (contain per-run secrets).
-STAGE_CACHE = INPUTS - "rows" - "endpoint" - "recorded" - "trajectories" - "rolled"
+from typing import Any
 
 
 def fingerprint(*parts: Any) -> str:
@@ -46,6 +50,106 @@ def files_fingerprint(paths: Iterable[str]) -> str:
         except OSError as exc:
             h.update(f"unreadable:{type(exc).__name__}".encode())
     return h.hexdigest()[:20]
+
+
+def stage_key(context: Any, parameters: dict[str, Any]) -> str:
+    """Prefect ``cache_key_fn``: the task's name and its ``fp`` parameter, nothing else."""
+    return f"{context.task.name}-{parameters['fp']}"
+
+
+def work_path(out: str | Path, stage: str, fp: str, ext: str = ".jsonl") -> str:
+    """The output file of stage ``stage`` with fingerprint ``fp``."""
+    return str(Path(out) / ".work" / f"{stage}-{fp}{ext}")
+
+
+_MEMO: OrderedDict[str, tuple[tuple[int, int], list[Any]]] = OrderedDict()
+_MEMO_LOCK = threading.Lock()
+_MEMO_SIZE = 4
+
+
+def _stat(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+def remember_rows(path: str, rows: list[Any]) -> None:
+    """Keep ``rows`` (just written to ``path``) for the next task of this process."""
+    stat = _stat(path)
+    if stat is None:
+        return
+    with _MEMO_LOCK:
+        _MEMO[os.path.abspath(path)] = (stat, rows)
+        _MEMO.move_to_end(os.path.abspath(path))
+        while len(_MEMO) > _MEMO_SIZE:
+            _MEMO.popitem(last=False)
+
+
+def read_rows_cached(paths: list[str]) -> list[Any]:
+    """Rows of ``paths`` (``twinkle.io``), from memory when this process wrote or read them last."""
+    from twinkle.io import read_rows_list
+
+    rows: list[Any] = []
+    for path in paths:
+        key, stat = os.path.abspath(path), _stat(path)
+        with _MEMO_LOCK:
+            hit = _MEMO.get(key)
+        if hit is not None and hit[0] == stat:
+            rows.extend(hit[1])
+            continue
+        part = read_rows_list([path])
+        remember_rows(path, part)
+        rows.extend(part)
+    return rows
+
+
+def write_work_rows(path: str, rows: list[Any]) -> int:
+    """Write a stage's rows (``twinkle.io``, format by extension) and remember them."""
+    from twinkle.io import write_rows
+
+    n = write_rows(path, rows)
+    remember_rows(path, rows)
+    return n
+
+
+def concat_files(sources: list[str], target: str) -> None:
+    """``target`` = the sources' bytes in order (JSONL shards), written beside and renamed."""
+    Path(target).parent.mkdir(parents=True, exist_ok=True)
+    tmp = f"{target}.tmp-{os.getpid()}"
+    if os.path.exists(tmp):
+        os.unlink(tmp)
+    try:
+        if len(sources) != 1:
+            raise OSError("not a single file")
+        # One shard: a hard link, no copy. Safe because twinkle.io never rewrites a file in
+        # place (it writes beside and renames), so neither name can change the other.
+        os.link(sources[0], tmp)
+    except OSError:
+        with open(tmp, "wb") as sink:
+            for src in sources:
+                if src and os.path.exists(src):
+                    with open(src, "rb") as f:
+                        shutil.copyfileobj(f, sink, 1 << 20)
+    os.replace(tmp, target)
+    if len(sources) == 1:  # same rows, new path: the next reader need not parse them again
+        with _MEMO_LOCK:
+            hit = _MEMO.get(os.path.abspath(sources[0]))
+        if hit is not None and hit[0] == _stat(sources[0]):
+            remember_rows(target, hit[1])
+
+
+def count_lines(path: str) -> int:
+    """Rows of a JSONL file, without parsing them."""
+    with open(path, "rb") as f:
+        return sum(1 for _ in f)
+
+
+def stage_task(task_obj: Any, out: Path, refresh: bool, *outputs: str) -> Any:
+    """``task_obj`` persisting under ``out``; recomputed when ``refresh`` or an output file is gone."""
+    missing = any(not os.path.exists(p) for p in outputs)
+    return with_storage(task_obj, out, refresh or missing)
 
 
 def output_dir(path: str) -> Path:
@@ -121,5 +225,8 @@ def tracking_target(tracking_uri: str | None, artifact_location: str | None) -> 
     return f"sqlite:///{cwd / 'mlflow.db'}", artifact_location or str(cwd / "mlruns")
 
 
-def chunks(rows: list[Any], size: int) -> list[list[Any]]:
-    return [rows[i:i + size] for i in range(0, len(rows), size)] or [[]]
+def spans(n: int, size: int | None) -> list[tuple[int, int]]:
+    """``[start, end)`` ranges of ``size`` items over ``n`` (one range when ``size`` is None)."""
+    if not size or n <= size:
+        return [(0, n)]
+    return [(i, min(n, i + size)) for i in range(0, n, size)]

@@ -1,9 +1,10 @@
 """Curation flow: load -> dedup -> quality filters -> PII rewrite -> curated data and dropped log.
 
 Each task wraps one library call (``twinkle.io``, ``twinkle.preprocessor.chain``,
-``PIIPresidioFilter``); the filters run per shard so a Ray task runner spreads them over a
-cluster. Results are persisted and cached on their inputs (see ``flows.common``), so a
-crashed run resumes from its last finished stage. The PII step runs when the ``pii`` extra
+``PIIPresidioFilter``) and passes its output to the next as a file (see ``flows.common``);
+under a Ray task runner the filters run per shard, spread over the cluster. Results are
+persisted and cached on the input files' hash + settings, so a crashed run resumes from
+its last finished stage. The PII step runs when the ``pii`` extra
 is installed; otherwise it is reported as skipped, with the reason, in the summary, the
 Prefect artifact and MLflow.
 
@@ -16,76 +17,80 @@ Example:
 from __future__ import annotations
 
 import importlib.util
-import os
+import json
 import time
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, task, unmapped
-from prefect.utilities.annotations import quote
+from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
-from prefect.cache_policies import NO_CACHE
 
 from flows.common import (
-    STAGE_CACHE,
-    chunks,
+    concat_files,
+    count_lines,
     files_fingerprint,
     fingerprint,
     flow_run_id,
     needs_ray_switch,
     output_dir,
+    read_rows_cached,
+    spans,
+    stage_key,
+    stage_task,
     task_runner_for,
-    with_storage,
+    work_path,
+    write_work_rows,
 )
 from flows.params import CurationParams, RunParams, TrackingParams
 from flows.tracking import finish_tracking, log_curation, start_tracking
 
 
-def _work_log(out: Path, name: str) -> str:
+def _dropped_log(path: str) -> str:
     """A dropped-row log owned by one stage result; cleared before the stage (re)runs."""
     from twinkle.preprocessor.quality import truncate_dropped_logs
 
-    path = out / ".work" / f"{name}.dropped.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    truncate_dropped_logs(str(path))
-    return str(path)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    truncate_dropped_logs(path)
+    return path
 
 
-@task(name="load-rows", task_run_name="load-rows", cache_policy=NO_CACHE, persist_result=False)
-def load_rows(paths: list[str], source: str) -> dict[str, Any]:
-    """Read the input files (JSONL/JSON/Parquet) into rows.
+@task(name="dedup-rows", task_run_name="dedup-rows", cache_key_fn=stage_key)
+def dedup_rows(inputs: list[str], names: list[str], fp: str, out: str) -> dict[str, Any]:
+    """Global dedup steps over the input files (they need every row at once).
 
-    Not cached: persisting a copy of the input would cost as much as reading it again, and
-    ``source`` (the files' content hash) already keys every later stage.
+    Writes the positions of the kept rows (a small JSON list), not the rows: the next
+    stage reads the input files itself, from memory when it runs in this process.
     """
-    from twinkle.io import read_rows_list
-
-    rows = read_rows_list(paths)
-    return {"rows": rows, "fingerprint": fingerprint("load", source), "rows_in": len(rows)}
-
-
-@task(name="dedup-rows", task_run_name="dedup-rows", cache_policy=STAGE_CACHE)
-def dedup_rows(rows: list[Any], upstream: str, names: list[str], out: str) -> dict[str, Any]:
-    """Global dedup steps (they need every row at once)."""
     from twinkle.preprocessor.chain import build_pipeline, curate_rows
 
-    fp = fingerprint("dedup", upstream, names)
-    if not names:
-        return {"rows": rows, "fingerprint": fp, "steps": [], "log": None}
-    log = _work_log(Path(out), f"dedup-{fp}")
-    kept, stats = curate_rows(rows, build_pipeline(names), dropped_log_path=log)
-    return {"rows": kept, "fingerprint": fp, "steps": stats.as_dict()["steps"], "log": log}
+    rows = read_rows_cached(inputs)
+    keep, log, steps = list(range(len(rows))), None, []
+    if names:
+        log = _dropped_log(work_path(out, "dedup", fp, ".dropped.jsonl"))
+        kept, stats = curate_rows(rows, build_pipeline(names), dropped_log_path=log)
+        position = {id(r): i for i, r in enumerate(rows)}
+        if any(id(r) not in position for r in kept):  # a dedup step that copies rows breaks positions
+            raise RuntimeError(f"dedup steps {names} returned new row objects; positions need the originals")
+        keep, steps = [position[id(r)] for r in kept], stats.as_dict()["steps"]
+    path = work_path(out, "dedup", fp, ".json")
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(keep))
+    return {"path": path, "fingerprint": fp, "rows_in": len(rows), "rows": len(keep), "steps": steps, "log": log}
 
 
-@task(name="run-filters", task_run_name="run-filters-{shard}", cache_policy=STAGE_CACHE)
-def run_filters(rows: list[Any], upstream: str, shard: int, names: list[str], out: str) -> dict[str, Any]:
-    """The per-batch quality filters over one shard."""
+@task(name="run-filters", task_run_name="run-filters-{shard}", cache_key_fn=stage_key)
+def run_filters(inputs: list[str], kept_path: str, start: int, end: int, shard: int, names: list[str],
+                fp: str, out: str) -> dict[str, Any]:
+    """The per-batch quality filters over rows ``[start, end)`` of the deduplicated rows."""
     from twinkle.preprocessor.chain import build_pipeline, curate_rows
 
-    fp = fingerprint("filters", upstream, shard, names)
-    log = _work_log(Path(out), f"filters-{fp}")
-    kept, stats = curate_rows(rows, build_pipeline(names), dropped_log_path=log)
-    return {"rows": kept, "fingerprint": fp, "steps": stats.as_dict()["steps"], "log": log}
+    rows = read_rows_cached(inputs)
+    keep = json.loads(Path(kept_path).read_text())[start:end]
+    log = _dropped_log(work_path(out, "filters", fp, ".dropped.jsonl"))
+    kept, stats = curate_rows([rows[i] for i in keep], build_pipeline(names), dropped_log_path=log)
+    path = work_path(out, "filters", fp)
+    n = write_work_rows(path, kept)
+    return {"path": path, "fingerprint": fp, "rows": n, "steps": stats.as_dict()["steps"], "log": log}
 
 
 def pii_available() -> str | None:
@@ -98,35 +103,34 @@ def pii_available() -> str | None:
     return None
 
 
-@task(name="rewrite-pii", task_run_name="rewrite-pii-{shard}", cache_policy=STAGE_CACHE)
-def rewrite_pii(rows: list[Any], upstream: str, shard: int, out: str) -> dict[str, Any]:
-    """PIIPresidioFilter over one shard: personal data rewritten before anything is traced."""
+@task(name="rewrite-pii", task_run_name="rewrite-pii-{shard}", cache_key_fn=stage_key)
+def rewrite_pii(source: str, shard: int, fp: str, out: str) -> dict[str, Any]:
+    """PIIPresidioFilter over one filtered shard: personal data rewritten before anything is traced."""
     from twinkle.preprocessor.chain import Stage, curate_rows
     from twinkle.preprocessor.pii_presidio_filter import PIIPresidioFilter
 
-    fp = fingerprint("pii", upstream, shard)
-    log = _work_log(Path(out), f"pii-{fp}")
-    kept, stats = curate_rows(rows, [Stage("pii", PIIPresidioFilter(), False)], dropped_log_path=log)
-    return {"rows": kept, "fingerprint": fp, "steps": stats.as_dict()["steps"], "log": log}
+    log = _dropped_log(work_path(out, "pii", fp, ".dropped.jsonl"))
+    kept, stats = curate_rows(read_rows_cached([source]), [Stage("pii", PIIPresidioFilter(), False)],
+                              dropped_log_path=log)
+    path = work_path(out, "pii", fp)
+    n = write_work_rows(path, kept)
+    return {"path": path, "fingerprint": fp, "rows": n, "steps": stats.as_dict()["steps"], "log": log}
 
 
-@task(name="write-curated", task_run_name="write-curated", cache_policy=STAGE_CACHE, retries=2, retry_delay_seconds=1)
-def write_curated(rows: list[Any], upstream: str, logs: list[str], curated_path: str,
-                  dropped_path: str) -> dict[str, Any]:
-    """Write the curated rows and the merged dropped log (``{step, reason, row}`` lines)."""
+@task(name="write-curated", task_run_name="write-curated", cache_key_fn=stage_key, retries=2, retry_delay_seconds=1)
+def write_curated(shards: list[str], logs: list[str], curated_path: str, dropped_path: str,
+                  fp: str) -> dict[str, Any]:
+    """The curated file (the shards' rows, in order) and the merged dropped log (``{step, reason, row}`` lines)."""
     from twinkle.io import write_rows
 
-    Path(curated_path).parent.mkdir(parents=True, exist_ok=True)
-    n = write_rows(curated_path, rows)
-    dropped = 0
-    with open(dropped_path, "wb") as sink:
-        for log in logs:
-            if log and os.path.exists(log):
-                with open(log, "rb") as src:
-                    data = src.read()
-                dropped += data.count(b"\n")
-                sink.write(data)
-    return {"fingerprint": fingerprint("write", upstream, curated_path), "rows_out": n, "dropped": dropped}
+    if curated_path.endswith(".jsonl"):
+        concat_files(shards, curated_path)  # JSONL shards: bytes appended, nothing parsed
+        rows_out = count_lines(curated_path)
+    else:
+        rows_out = write_rows(curated_path, read_rows_cached(shards))
+    concat_files([log for log in logs if log], dropped_path)
+    dropped = count_lines(dropped_path)
+    return {"fingerprint": fp, "rows_out": rows_out, "dropped": dropped}
 
 
 def merge_steps(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -143,16 +147,25 @@ def merge_steps(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
 
 
 def run_curation(params: CurationParams, run: RunParams) -> dict[str, Any]:
-    """The curation stages as tasks of the current flow run; returns the stage summary."""
+    """The curation stages as tasks of the current flow run; returns the stage summary (no rows).
+
+    Filters and PII run as one task per ``shard_size`` rows under a Ray task runner (each
+    shard on its own worker); under the thread-pool runner as one task, since threads share
+    one interpreter and shards would only add file writes.
+    """
     started = time.perf_counter()
     out = output_dir(run.output_dir)
-    store = dict(out=out, refresh=run.refresh_cache)
+    o, refresh = str(out), run.refresh_cache
     dedup_names = (["dedup"] if params.dedup else []) + (["neardedup"] if params.near_dedup else [])
-    loaded = load_rows(params.inputs, files_fingerprint(params.inputs))
-    deduped = with_storage(dedup_rows, **store)(quote(loaded["rows"]), loaded["fingerprint"], dedup_names, str(out))
-    shards = chunks(deduped["rows"], params.shard_size)
-    filtered = [f.result() for f in with_storage(run_filters, **store).map(
-        [quote(s) for s in shards], deduped["fingerprint"], range(len(shards)), unmapped(params.filters), str(out))]
+    source = files_fingerprint(params.inputs)
+    fp = fingerprint("dedup", source, dedup_names)
+    deduped = stage_task(dedup_rows, out, refresh, work_path(o, "dedup", fp, ".json"))(
+        params.inputs, dedup_names, fp, o)
+    ranges = spans(deduped["rows"], params.shard_size if run.ray_address else None)
+    fps = [fingerprint("filters", fp, a, b, params.filters) for a, b in ranges]
+    futures = [stage_task(run_filters, out, refresh, work_path(o, "filters", fps[k])).submit(
+        params.inputs, deduped["path"], a, b, k, params.filters, fps[k], o) for k, (a, b) in enumerate(ranges)]
+    filtered = [f.result() for f in futures]
     parts = [deduped["steps"]] + [f["steps"] for f in filtered]
     logs = [deduped["log"]] + [f["log"] for f in filtered]
 
@@ -162,20 +175,21 @@ def run_curation(params: CurationParams, run: RunParams) -> dict[str, Any]:
         if pii_reason and params.pii == "on":
             raise RuntimeError(f"pii='on' but the PII step cannot run: {pii_reason}")
     if pii_reason is None:
-        filtered = [f.result() for f in with_storage(rewrite_pii, **store).map(
-            [quote(f["rows"]) for f in filtered], [f["fingerprint"] for f in filtered], range(len(filtered)), str(out))]
+        fps = [fingerprint("pii", f["fingerprint"]) for f in filtered]
+        futures = [stage_task(rewrite_pii, out, refresh, work_path(o, "pii", fps[k])).submit(
+            f["path"], k, fps[k], o) for k, f in enumerate(filtered)]
+        filtered = [f.result() for f in futures]
         parts += [f["steps"] for f in filtered]
         logs += [f["log"] for f in filtered]
-    rows = [r for f in filtered for r in f["rows"]]
-    upstream = fingerprint(*[f["fingerprint"] for f in filtered])
     curated_path = str(out / "curated" / f"{params.dataset}.jsonl")
     dropped_path = str(out / "curated" / f"{params.dataset}.dropped.jsonl")
-    written = with_storage(write_curated, **store)(quote(rows), upstream, logs, curated_path, dropped_path)
-    steps = merge_steps(parts)
+    wfp = fingerprint("write", [f["fingerprint"] for f in filtered], curated_path, dropped_path)
+    written = stage_task(write_curated, out, refresh, curated_path, dropped_path)(
+        [f["path"] for f in filtered], logs, curated_path, dropped_path, wfp)
     return {
-        "rows_in": loaded["rows_in"], "rows_out": written["rows_out"], "dropped": written["dropped"],
-        "steps": steps, "curated_path": curated_path, "dropped_path": dropped_path,
-        "fingerprint": written["fingerprint"], "rows": rows,
+        "rows_in": deduped["rows_in"], "rows_out": written["rows_out"], "dropped": written["dropped"],
+        "steps": merge_steps(parts), "curated_path": curated_path, "dropped_path": dropped_path,
+        "fingerprint": written["fingerprint"],
         "pii": "ran" if pii_reason is None else f"skipped: {pii_reason}",
         "settings": params.model_dump(), "seconds": time.perf_counter() - started,
     }
@@ -207,8 +221,8 @@ def curation_flow(curation: CurationParams | None = None, tracking: TrackingPara
     ctx = start_tracking(tracking, tracking.run_key or flow_run_id(), "twinkle-curation",
                          {"curation": curation.model_dump(), "run": run.model_dump()})
     result = run_curation(curation, run)
-    log_curation(ctx, quote(result))
+    log_curation(ctx, result)
     publish_curation(result)
-    summary = {k: v for k, v in result.items() if k not in ("rows", "steps", "settings")}
+    summary = {k: v for k, v in result.items() if k not in ("steps", "settings")}
     finish_tracking(ctx, {**summary, "mlflow_run_id": ctx.run_id})
     return {**summary, "mlflow_run_id": ctx.run_id}

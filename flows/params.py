@@ -51,7 +51,8 @@ class CurationParams(_Params):
     filters: list[str] = Field(default_factory=lambda: list(DEFAULT_FILTERS),
                                description="Curation steps in order, by twinkle.preprocessor.chain name "
                                            "(model, hard, deadloop, refuse, soup, normalize).")
-    shard_size: int = Field(2000, ge=1, le=1_000_000, description="Rows per filter task (task-runner unit).")
+    shard_size: int = Field(2000, ge=1, le=1_000_000, description="Rows per filter task under a Ray task runner "
+                                                                         "(the thread-pool runner runs one task).")
     pii: Literal["auto", "on", "off"] = Field(
         "auto", description="PII rewrite: 'auto' runs it when the pii extra is installed, 'on' requires it.")
 
@@ -97,8 +98,10 @@ class RolloutParams(_Params):
                          pattern=r"^[A-Za-z0-9_.-]+$")
     limit: int | None = Field(None, ge=1, description="Conversations re-run at most (all when empty).")
     max_turns: int = Field(8, ge=1, le=256, description="Model calls per trajectory at most.")
-    concurrency: int = Field(8, ge=1, le=1024, description="Trajectories in flight at once per shard.")
-    shard_size: int = Field(64, ge=1, le=100000, description="Trajectories per rollout task (task-runner unit).")
+    concurrency: int = Field(8, ge=1, le=1024, description="Trajectories in flight at once per rollout task.")
+    shard_size: int = Field(64, ge=1, le=100000, description="Trajectories per rollout task under a Ray "
+                                                                           "task runner (the thread-pool runner runs one task, "
+                                                                           "one event loop).")
     policy: PolicyParams = Field(default_factory=PolicyParams)
     sandbox: SandboxParams = Field(default_factory=SandboxParams)
 

@@ -17,12 +17,11 @@ from __future__ import annotations
 from typing import Any
 
 from prefect import flow
-from prefect.utilities.annotations import quote
 
 from flows.common import flow_run_id, needs_ray_switch, task_runner_for
 from flows.curation import publish_curation, run_curation
 from flows.params import CurationParams, RolloutParams, RunParams, TrackingParams
-from flows.rollout import publish_rollout, rollout_summary, run_rollout
+from flows.rollout import publish_rollout, rollout_summary, run_rollout, sandbox_endpoint
 from flows.tracking import finish_tracking, log_curation, log_rollout, start_tracking
 
 
@@ -35,17 +34,23 @@ def pipeline_flow(curation: CurationParams | None = None, rollout: RolloutParams
     if needs_ray_switch(run.ray_address):
         return pipeline_flow.with_options(task_runner=task_runner_for(run.ray_address, run.workers))(
             curation, rollout, tracking, run)
+    with sandbox_endpoint(rollout.sandbox) as endpoint:  # first: see sandbox_endpoint
+        return _pipeline(curation, rollout, tracking, run, endpoint)
+
+
+def _pipeline(curation: CurationParams, rollout: RolloutParams, tracking: TrackingParams, run: RunParams,
+              endpoint: dict[str, Any]) -> dict[str, Any]:
     ctx = start_tracking(tracking, tracking.run_key or flow_run_id(), "twinkle-pipeline", {
         "curation": curation.model_dump(), "rollout": rollout.model_dump(), "run": run.model_dump()})
 
     curated = run_curation(curation, run)
     # Logging the curation stage overlaps the rollout stage (it waits on sandboxes and the model).
-    curation_logged = log_curation.submit(ctx, quote(curated))
+    curation_logged = log_curation.submit(ctx, curated)
     publish_curation(curated)
 
-    rolled = run_rollout(rollout, run, conversations=curated["rows"], conversations_fp=curated["fingerprint"],
-                         ctx=ctx, tracking=tracking)
-    tracked = log_rollout(ctx, rolled["stage_run_id"], quote(rolled))
+    rolled = run_rollout(rollout, run, endpoint, conversations=[curated["curated_path"]], ctx=ctx,
+                         tracking=tracking, conversations_fp=curated["fingerprint"])
+    tracked = log_rollout(ctx, rolled["stage_run_id"], rolled)
     curation_logged.result()
     publish_rollout(rolled, tracked)
 

@@ -3,10 +3,12 @@
 Library calls per task: ``AgentEnv`` + ``EnvTool`` + ``ToolManager`` (one sandbox per
 trajectory), ``APIMultiTurnRollout`` over ``ReplayAPI`` (recorded assistant turns, the
 default) or ``OpenAI`` (when ``policy.base_url`` and ``policy.model`` are given),
-``twinkle.integrations.rollout_bridge`` for task environments, and ``flows.rewards`` for
-the replay-fidelity reward of re-run conversations. Trajectories run in shards, one task
-per shard, so the task runner (threads, or Ray) spreads them out; every shard result is
-persisted and cached on its inputs, so a rerun resumes after the last finished shard.
+``twinkle.integrations.rollout_bridge`` for task environments and
+``twinkle.integrations.replay`` for the replay-fidelity reward of re-run conversations.
+The rollout is one task (one event loop; shards only under a Ray task runner); each
+trajectory is scored as it finishes and streamed to MLflow (``TraceStream``) while the
+others still run. Stages pass files (see ``flows.common``); results are persisted and
+cached on the input file's hash + settings, so a rerun resumes after the finished stages.
 
 Failures are data: a sandbox that cannot be created, an endpoint that is down, a tool
 that fails, each marks only the trajectories concerned (``stop_reason`` ``error`` or
@@ -28,52 +30,65 @@ import contextlib
 import os
 import secrets
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from prefect import flow, task, unmapped
+from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
-from prefect.utilities.annotations import quote
 
 from flows.common import (
-    STAGE_CACHE,
-    chunks,
+    Tracking,
+    concat_files,
+    count_lines,
     files_fingerprint,
     fingerprint,
     flow_run_id,
     needs_ray_switch,
     output_dir,
+    read_rows_cached,
+    spans,
+    stage_key,
+    stage_task,
     task_runner_for,
-    with_storage,
+    work_path,
+    write_work_rows,
 )
 from flows.params import RolloutParams, RunParams, SandboxParams, TrackingParams
-from flows.common import Tracking
-from flows.tracking import finish_tracking, log_rollout, start_stage, start_tracking, trace_trajectories
+from flows.tracking import (
+    finish_tracking,
+    log_rollout,
+    open_trace_stream,
+    start_stage,
+    start_tracking,
+    trace_file,
+    trace_key,
+)
 
 
-@task(name="load-conversations", task_run_name="load-conversations", cache_policy=NO_CACHE, persist_result=False)
-def load_conversations(paths: list[str], source: str) -> dict[str, Any]:
-    """Recorded agent conversations (rows with tool calls) to re-run against live tools."""
+@task(name="prepare-rollout", task_run_name="prepare-rollout", cache_key_fn=stage_key)
+def prepare_rollout(paths: list[str], limit: int | None, envs: list[str], tasks_limit: int | None,
+                    fp: str, out: str) -> dict[str, Any]:
+    """The rollout's input file: recorded agent conversations (rows with tool calls, at most
+    ``limit``), then task rows of registered environments (``rollout_bridge.trajectories_for``)."""
     from twinkle.data_format import is_agent_row
-    from twinkle.io import read_rows_list
 
-    rows = read_rows_list(paths) if paths else []
+    rows = read_rows_cached(paths) if paths else []
     agent = [r for r in rows if is_agent_row(r.get("messages"))]
-    return {"rows": agent, "fingerprint": fingerprint("conversations", source), "not_agent": len(rows) - len(agent)}
+    over = max(0, len(agent) - limit) if limit is not None else 0
+    agent = agent[:limit] if limit is not None else agent
+    tasks: list[dict[str, Any]] = []
+    if envs:
+        from twinkle.integrations.rollout_bridge import trajectories_for
 
-
-@task(name="load-tasks", task_run_name="load-tasks", cache_policy=STAGE_CACHE)
-def load_tasks(envs: list[str], limit: int | None) -> dict[str, Any]:
-    """Task rows from registered environments (``rollout_bridge.trajectories_for``)."""
-    from twinkle.integrations.rollout_bridge import trajectories_for
-
-    rows: list[dict[str, Any]] = []
-    for env in envs:
-        items = trajectories_for(env)
-        rows.extend(items[:limit] if limit else items)
-    return {"rows": rows, "fingerprint": fingerprint("tasks", envs, limit)}
+        for env in envs:
+            items = trajectories_for(env)
+            tasks.extend(items[:tasks_limit] if tasks_limit else items)
+    path = work_path(out, "rollout-input", fp)
+    n = write_work_rows(path, agent + tasks)
+    return {"path": path, "fingerprint": fp, "rows": n, "conversations": len(agent),
+            "not_agent": len(rows) - len(agent) - over, "over_limit": over}
 
 
 @task(name="provision-sandboxes", task_run_name="provision-sandboxes", cache_policy=NO_CACHE, persist_result=False)
@@ -113,13 +128,64 @@ def _policy_api(settings: dict[str, Any], rows: list[dict[str, Any]]) -> tuple[A
     return api, [ReplayAPI.prompt_of(r) for r in rows]
 
 
-@task(name="run-rollouts", task_run_name="run-rollouts-{shard}", cache_policy=STAGE_CACHE,
-      retries=1, retry_delay_seconds=2)
-def run_rollouts(rows: list[dict[str, Any]], fp: str, shard: int, settings: dict[str, Any],
-                 endpoint: dict[str, Any] | None) -> dict[str, Any]:
-    """Provision one sandbox per trajectory, run the multi-turn rollouts, close the sandboxes.
+def _score(recorded: dict[str, Any], trajectory: dict[str, Any], replay: bool) -> dict[str, Any]:
+    """Rewards of one finished trajectory: its task environment via the bridge, or replay fidelity."""
+    from twinkle.data_format import user_data_get
 
-    ``fp`` is this result's fingerprint (inputs + settings, computed by the flow).
+    if user_data_get(trajectory.get("user_data"), "env"):
+        from twinkle.integrations.rollout_bridge import score_trajectories
+
+        score = score_trajectories([trajectory])[0]
+    elif replay:
+        from twinkle.integrations.replay import replay_fidelity
+
+        score = replay_fidelity(recorded, trajectory)
+    else:
+        score = {"rewards": {}, "outcome": "unscored",
+                 "error": "a conversation rolled out by a live policy has no reward function"}
+    return {**trajectory, "rewards": score["rewards"], "reward_outcome": score["outcome"],
+            "reward_error": score["error"]}
+
+
+def _each_done(rollout: Any, prompts: list[dict[str, Any]], managers: list[Any], done: Any) -> list[Any]:
+    """Run ``rollout`` over ``prompts`` on one event loop, calling ``done(i, trajectory)`` in a
+    worker thread as each trajectory finishes (``APIMultiTurnRollout.acall`` per trajectory,
+    at most ``rollout.concurrency`` in flight), so scoring and tracing overlap the rest."""
+    import asyncio
+
+    from twinkle.rollout.base import run_sync
+
+    async def main() -> list[Any]:
+        # As APIMultiTurnRollout.__call__ does: a synchronous API runs in the loop's default
+        # executor, sized so ``concurrency`` calls can be in flight.
+        asyncio.get_running_loop().set_default_executor(
+            ThreadPoolExecutor(max_workers=rollout.concurrency, thread_name_prefix="twinkle-api"))
+        gate = asyncio.Semaphore(rollout.concurrency)
+
+        async def one(i: int) -> Any:
+            async with gate:
+                out = (await rollout.acall([prompts[i]], tool_manager=[managers[i]]))[0]
+            return await asyncio.to_thread(done, i, out)
+
+        try:
+            return await asyncio.gather(*(one(i) for i in range(len(prompts))))
+        finally:
+            aclose = getattr(rollout.api, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    return run_sync(main())
+
+
+@task(name="run-rollouts", task_run_name="run-rollouts-{shard}", cache_key_fn=stage_key,
+      retries=1, retry_delay_seconds=2)
+def run_rollouts(source: str, start: int, end: int, shard: int, settings: dict[str, Any],
+                 endpoint: dict[str, Any] | None, fp: str, out: str, trace: dict[str, Any] | None) -> dict[str, Any]:
+    """Rows ``[start, end)`` of the rollout input: one sandbox per trajectory, multi-turn
+    rollouts, and each trajectory scored and streamed to MLflow the moment it finishes.
+
+    ``fp`` (input file hash + settings, computed by the flow) is the cache key and names the
+    output file; ``endpoint`` and ``trace`` (live connections) are not part of it.
     """
     from twinkle.data_format import SamplingParams
     from twinkle.envs.env_tool import EnvTool
@@ -127,161 +193,197 @@ def run_rollouts(rows: list[dict[str, Any]], fp: str, shard: int, settings: dict
     from twinkle.tools import ToolManager
 
     started = time.perf_counter()
+    rows = read_rows_cached([source])[start:end]
     api, prompts = _policy_api(settings, rows)
     sandbox = SandboxParams(**settings["sandbox"])
     envs = provision_sandboxes(len(prompts), endpoint, sandbox, settings["concurrency"])
     provisioned = time.perf_counter()
+    stream = open_trace_stream(trace) if trace else None
+    scoring_s = [0.0]
+
+    def done(i: int, traj: dict[str, Any]) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        scored = _score(rows[i], traj, settings["replay"])
+        scoring_s[0] += time.perf_counter() - t0
+        if stream is not None:
+            stream.put(scored, scored["rewards"], trace_key(scored, start + i))
+        return scored
+
     try:
         ready = [i for i, (env, _) in enumerate(envs) if env is not None]
-        policy = settings["policy"]
-        rollout = APIMultiTurnRollout(
-            api, tool_manager=[ToolManager(EnvTool.from_env(envs[i][0])) for i in ready],
-            sampling_params=SamplingParams(temperature=policy["temperature"], max_tokens=policy["max_tokens"]),
-            max_turns=settings["max_turns"], concurrency=settings["concurrency"],
-            tool_timeout_s=sandbox.tool_timeout_s, request_timeout_s=policy["request_timeout_s"],
-        )
-        outputs = rollout([prompts[i] for i in ready]) if ready else []
+        trajectories: list[Any] = [None] * len(prompts)
+        for i, (env, error) in enumerate(envs):
+            if env is None:
+                trajectories[i] = done(i, {**prompts[i], "turns": 0, "stop_reason": "error", "truncated": True,
+                                           "turn_log": [], "error": f"SandboxError: {error}"})
+        if ready:
+            policy = settings["policy"]
+            rollout = APIMultiTurnRollout(
+                api, sampling_params=SamplingParams(temperature=policy["temperature"], max_tokens=policy["max_tokens"]),
+                max_turns=settings["max_turns"], concurrency=settings["concurrency"],
+                tool_timeout_s=sandbox.tool_timeout_s, request_timeout_s=policy["request_timeout_s"],
+            )
+            outputs = _each_done(rollout, [prompts[i] for i in ready],
+                                 [ToolManager(EnvTool.from_env(envs[i][0])) for i in ready],
+                                 lambda j, traj: done(ready[j], traj))
+            for i, traj in zip(ready, outputs):
+                trajectories[i] = traj
     finally:
         for env, _ in envs:
             if env is not None:
                 env.close()
-    by_index = dict(zip(ready, outputs))
-    trajectories = []
-    for i, prompt in enumerate(prompts):
-        if i in by_index:
-            trajectories.append(by_index[i])
-        else:
-            trajectories.append({**prompt, "turns": 0, "stop_reason": "error", "truncated": True,
-                                 "turn_log": [], "error": f"SandboxError: {envs[i][1]}"})
-    return {"trajectories": trajectories, "fingerprint": fp,
-            "provision_s": provisioned - started, "rollout_s": time.perf_counter() - provisioned}
+        traces = stream.close() if stream is not None else {}
+    rolled = time.perf_counter()
+    path = work_path(out, "rollout", fp)
+    write_work_rows(path, trajectories)
+    return {"path": path, "fingerprint": fp, "rows": len(trajectories), "provision_s": provisioned - started,
+            "rollout_s": rolled - provisioned, "scoring_s": scoring_s[0], "traces": traces}
 
 
-@task(name="score-trajectories", task_run_name="score-trajectories-{shard}", cache_policy=STAGE_CACHE)
-def score_trajectories(rolled: dict[str, Any], recorded: list[dict[str, Any]],
-                       fp: str, shard: int, replay: bool) -> dict[str, Any]:
-    """Rewards: task environments via the bridge; replay fidelity for re-run conversations."""
-    from twinkle.data_format import user_data_get
-    from twinkle.integrations.rollout_bridge import score_trajectories as bridge_score
-
-    from flows.rewards import replay_fidelity
-
-    started = time.perf_counter()
-    scored = [dict(t) for t in rolled["trajectories"]]
-    task_idx = [i for i, t in enumerate(scored) if user_data_get(t.get("user_data"), "env")]
-    for i, score in zip(task_idx, bridge_score([scored[i] for i in task_idx])):
-        scored[i].update(rewards=score["rewards"], reward_outcome=score["outcome"], reward_error=score["error"])
-    for i, traj in enumerate(scored):
-        if i in task_idx:
-            continue
-        if replay:
-            score = replay_fidelity(recorded[i], traj)
-        else:
-            score = {"rewards": {}, "outcome": "unscored",
-                     "error": "a conversation rolled out by a live policy has no reward function"}
-        traj.update(rewards=score["rewards"], reward_outcome=score["outcome"], reward_error=score["error"])
-    return {"trajectories": scored, "fingerprint": fp, "seconds": time.perf_counter() - started}
-
-
-@task(name="write-trajectories", task_run_name="write-trajectories", cache_policy=STAGE_CACHE, retries=2, retry_delay_seconds=1)
-def write_trajectories(trajectories: list[dict[str, Any]], upstream: str, path: str) -> dict[str, Any]:
-    """Write the scored trajectories (JSONL, or Parquet by extension)."""
+@task(name="write-trajectories", task_run_name="write-trajectories", cache_key_fn=stage_key,
+      retries=2, retry_delay_seconds=1)
+def write_trajectories(shards: list[str], path: str, fp: str) -> dict[str, Any]:
+    """The scored trajectories file: the shards in order (JSONL bytes appended, or Parquet by extension)."""
     from twinkle.io import write_rows
 
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    return {"rows": write_rows(path, trajectories), "fingerprint": fingerprint("write", upstream, path)}
+    if path.endswith(".jsonl"):
+        concat_files(shards, path)
+        n = count_lines(path)
+    else:
+        n = write_rows(path, read_rows_cached(shards))
+    return {"rows": n, "fingerprint": fp}
+
+
+class _LocalSandboxServer:
+    """``twinkle sandbox serve`` in a child process, started now and waited for on first use.
+
+    A child process rather than ``SandboxServer`` in this one: the server's request handling
+    then does not share the GIL with the rollout's event loop, its start-up overlaps
+    curation, and starting uvicorn here would reconfigure logging under Prefect's feet
+    (it flushes Prefect's API log handler under logging's global lock: a 5 s stall, and
+    seen deadlocked against Prefect's event threads).
+    """
+
+    def __init__(self) -> None:
+        import subprocess
+        import sys
+
+        self.api_key = secrets.token_urlsafe(24)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from twinkle.cli import main; main()", "sandbox", "serve", "--port", "0"],
+            env={**os.environ, "E2B_API_KEY": self.api_key}, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self._endpoint: dict[str, Any] | None = None
+
+    def endpoint(self, timeout: float = 120.0) -> dict[str, Any]:
+        """``{'api_url', 'api_key'}`` once the server accepts connections, else ``{'error'}``."""
+        import select
+
+        if self._endpoint is None:
+            ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+            url = self.proc.stdout.readline().strip() if ready else ""
+            if url.startswith("http"):
+                self._endpoint = {"api_url": url, "api_key": self.api_key}
+            else:
+                self.stop()
+                why = (self.proc.stderr.read() or "").strip().splitlines()[-1:] or [f"no URL within {timeout:.0f} s"]
+                self._endpoint = {"error": f"local sandbox server unavailable: {why[0]}"}
+        return self._endpoint
+
+    def stop(self) -> None:
+        import signal
+        import subprocess
+
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)  # the server kills its sandboxes and removes their files
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
 @contextlib.contextmanager
-def sandbox_endpoint(sandbox: SandboxParams) -> Iterator[dict[str, Any]]:
-    """The sandbox API: ``api_url``, else ``E2B_API_URL``, else a local server started for the block."""
+def sandbox_endpoint(sandbox: SandboxParams) -> Iterator[Any]:
+    """The sandbox API as a zero-argument callable returning ``{'api_url', 'api_key'}`` (or
+    ``{'error'}``): ``api_url``, else ``E2B_API_URL``, else a local sandbox server started in a
+    child process for the block. Open it first in a flow: the server starts while curation runs.
+    """
     api_url = sandbox.api_url or os.environ.get("E2B_API_URL")
     if api_url:
-        yield {"api_url": api_url, "api_key": os.environ.get(sandbox.api_key_env) or "local"}
+        fixed = {"api_url": api_url, "api_key": os.environ.get(sandbox.api_key_env) or "local"}
+        yield lambda: fixed
         return
+    server = _LocalSandboxServer()
     try:
-        from twinkle.sandbox import SandboxServer
-
-        server = SandboxServer(port=0, api_key=secrets.token_urlsafe(24)).start()
-    except Exception as exc:  # no bubblewrap, no sandbox package: every trajectory fails with why
-        yield {"error": f"local sandbox server unavailable: {type(exc).__name__}: {exc}"}
-        return
-    try:
-        yield {"api_url": server.url, "api_key": server.api_key}
+        yield server.endpoint
     finally:
         server.stop()
 
 
-def run_rollout(params: RolloutParams, run: RunParams, conversations: list[dict[str, Any]] | None = None,
-                conversations_fp: str | None = None, ctx: Tracking | None = None,
-                tracking: TrackingParams | None = None) -> dict[str, Any]:
+def run_rollout(params: RolloutParams, run: RunParams, endpoint: Any,
+                conversations: list[str] | None = None, ctx: Tracking | None = None,
+                tracking: TrackingParams | None = None, conversations_fp: str | None = None) -> dict[str, Any]:
     """The rollout stages as tasks of the current flow run; returns the stage summary.
 
-    ``conversations`` (with their fingerprint) come from the curation stage in the pipeline;
-    standalone, ``params.conversations`` files are read. With ``ctx`` each shard is traced
-    to MLflow as soon as it is scored, while later shards still roll out.
+    ``conversations`` (files, with their fingerprint) come from the curation stage in the
+    pipeline; standalone, ``params.conversations`` are read and hashed. The rollout runs as one task (one event loop, the
+    rollout's own asyncio concurrency) under the thread-pool runner, and as one task per
+    ``shard_size`` trajectories under Ray. With ``ctx`` each trajectory is traced while
+    the others still roll out; a stage found in the cache is traced from its file instead
+    (idempotent: traces already in the session are skipped). ``endpoint``: the sandbox API
+    (the callable ``sandbox_endpoint`` yields), opened by the flow before any task runs.
     """
     started = time.perf_counter()
     out = output_dir(run.output_dir)
-    store = dict(out=out, refresh=run.refresh_cache)
+    o, refresh = str(out), run.refresh_cache
     replay = params.policy.replay
     skipped: dict[str, str] = {}
-    if conversations is None:
-        loaded = load_conversations(params.conversations, files_fingerprint(params.conversations))
-        conversations, conversations_fp = loaded["rows"], loaded["fingerprint"]
-        not_agent = loaded["not_agent"]
-    else:
-        from twinkle.data_format import is_agent_row
-
-        agent = [r for r in conversations if is_agent_row(r.get("messages"))]
-        not_agent = len(conversations) - len(agent)
-        conversations = agent
-    if not_agent:
-        skipped["conversations"] = f"{not_agent} rows without tool calls are not re-run"
-    if params.limit is not None and len(conversations) > params.limit:
-        skipped["limit"] = f"{len(conversations) - params.limit} conversations over limit={params.limit} not re-run"
-        conversations = conversations[:params.limit]
-        conversations_fp = fingerprint(conversations_fp, "limit", params.limit)
-    rows = list(conversations)
-    upstream = [conversations_fp]
+    paths = list(conversations if conversations is not None else params.conversations)
+    envs = list(params.tasks) if params.tasks and not replay else []
     if params.tasks and replay:
         skipped["tasks"] = ("task environments need a policy model (give base_url and model); "
                             "the replay policy only answers recorded conversations")
-    elif params.tasks:
-        tasks = with_storage(load_tasks, **store)(params.tasks, params.tasks_limit)
-        rows += tasks["rows"]
-        upstream.append(tasks["fingerprint"])
-    settings = params.model_dump(exclude={"conversations", "tasks", "tasks_limit", "dataset", "limit"})
-    base_fp = fingerprint(*upstream)
-    shards = chunks(rows, params.shard_size)
-    offsets = [i * params.shard_size for i in range(len(shards))]
+    source = conversations_fp or files_fingerprint(paths)  # the curation stage's fingerprint, when given
+    pfp = fingerprint("rollout-input", source, params.limit, envs, params.tasks_limit)
+    prepared = stage_task(prepare_rollout, out, refresh, work_path(o, "rollout-input", pfp))(
+        paths, params.limit, envs, params.tasks_limit, pfp, o)
+    if prepared["not_agent"]:
+        skipped["conversations"] = f"{prepared['not_agent']} rows without tool calls are not re-run"
+    if prepared["over_limit"]:
+        skipped["limit"] = f"{prepared['over_limit']} conversations over limit={params.limit} not re-run"
+    settings = {**params.model_dump(exclude={"conversations", "tasks", "tasks_limit", "dataset", "limit"}),
+                "replay": replay}
+    ranges = spans(prepared["rows"], params.shard_size if run.ray_address else None)
     stage = start_stage(ctx, "rollout") if ctx is not None else None
-    rollout_task, score_task = with_storage(run_rollouts, **store), with_storage(score_trajectories, **store)
-    with sandbox_endpoint(params.sandbox) as endpoint:
-        # One chain per shard (rollout -> scoring -> tracing); the task runner runs chains side by
-        # side. Fingerprints are computed here so each task's cache key is known before it runs.
-        rfps = [fingerprint("rollout", base_fp, k, settings) for k in range(len(shards))]
-        rolled = [rollout_task.submit(quote(shard), rfps[k], k, settings, endpoint) for k, shard in enumerate(shards)]
-        scored = [score_task.submit(r, quote(shard), fingerprint("score", rfps[k]), k, replay)
-                  for k, (r, shard) in enumerate(zip(rolled, shards))]
-        traced = []
-        if ctx is not None:
-            traced = [trace_trajectories.submit(ctx, stage, sc, tracking, params.dataset, k, offsets[k])
-                      for k, sc in enumerate(scored)]
-        scored = [s.result() for s in scored]
-        traced = [t.result() for t in traced]
-    rolled = [r.result() for r in rolled]
-    trajectories = [t for s in scored for t in s["trajectories"]]
+    trace = None
+    if ctx is not None and tracking is not None:
+        trace = {"tracker": ctx.tracker, "session": ctx.run_key, "run_id": stage, "dataset": params.dataset,
+                 "sample_rate": tracking.trace_sample_rate, "max_spans": tracking.max_spans_per_trace,
+                 "max_payload_chars": tracking.max_payload_chars}
+    fps = [fingerprint("rollout", pfp, a, b, settings) for a, b in ranges]
+    api = endpoint()  # waits for a local sandbox server started with the flow, if not up yet
+    futures = [stage_task(run_rollouts, out, refresh, work_path(o, "rollout", fps[k])).submit(
+        prepared["path"], a, b, k, settings, api, fps[k], o, trace) for k, (a, b) in enumerate(ranges)]
+    for f in futures:
+        f.wait()
+    rolled, traced = [], []
+    for k, f in enumerate(futures):
+        rolled.append(f.result())
+        if trace is not None and f.state.name == "Cached":  # traced by an earlier run, maybe another session
+            traced.append(trace_file(trace, rolled[-1]["path"], ranges[k][0], k))
+        else:
+            traced.append(rolled[-1]["traces"])
     path = str(out / "trajectories" / f"{params.dataset}.scored.jsonl")
-    written = with_storage(write_trajectories, **store)(quote(trajectories),
-                                                        fingerprint(*[s["fingerprint"] for s in scored]), path)
-    traces = {k: sum(t[k] for t in traced) for k in ("written", "existing", "unsampled", "spans", "seconds")}
+    written = stage_task(write_trajectories, out, refresh, path)(
+        [r["path"] for r in rolled], path, fingerprint("write", fps, path))
+    traces = {k: sum(t.get(k, 0) for t in traced) for k in ("written", "existing", "unsampled", "spans", "seconds")}
     return {
-        "trajectories": trajectories, "scored_path": path, "written": written["rows"],
+        "scored_path": path, "written": written["rows"], "trajectories": written["rows"],
         "skipped": skipped, "policy": "replay" if replay else f"openai:{params.policy.model}",
         "settings": {**settings, "tasks": params.tasks, "tasks_limit": params.tasks_limit},
         "provision_s": sum(r["provision_s"] for r in rolled), "rollout_s": sum(r["rollout_s"] for r in rolled),
-        "scoring_s": sum(s["seconds"] for s in scored), "seconds": time.perf_counter() - started,
+        "scoring_s": sum(r["scoring_s"] for r in rolled), "seconds": time.perf_counter() - started,
         "stage_run_id": stage, "traces": traces,
     }
 
@@ -289,7 +391,7 @@ def run_rollout(params: RolloutParams, run: RunParams, conversations: list[dict[
 def publish_rollout(result: dict[str, Any], tracked: dict[str, Any]) -> None:
     """Prefect artifacts: the reward table and a markdown summary (stable keys)."""
     rows = []
-    for t in result["trajectories"]:
+    for t in read_rows_cached([result["scored_path"]]):
         rewards = t.get("rewards") or {}
         rows.append({"id": str(t.get("id")), "stop_reason": t.get("stop_reason"), "turns": t.get("turns"),
                      "total": rewards.get("total"), "outcome": t.get("reward_outcome"),
@@ -299,7 +401,7 @@ def publish_rollout(result: dict[str, Any], tracked: dict[str, Any]) -> None:
     stops = tracked.get("stop_reasons", {})
     create_markdown_artifact(key="rollout-summary", markdown="\n".join([
         "# Rollout and scoring",
-        f"- policy: `{result['policy']}`; trajectories: **{len(result['trajectories'])}**",
+        f"- policy: `{result['policy']}`; trajectories: **{result['trajectories']}**",
         f"- stop reasons: {', '.join(f'{k}={v}' for k, v in sorted(stops.items())) or 'none'}",
         f"- mean reward (total): **{tracked.get('reward.total.mean', 'n/a')}**, pass rate: {tracked.get('pass_rate', 'n/a')}",
         f"- traces written: {tracked.get('traces_written', 0)} (already there: {tracked.get('traces_existing', 0)})",
@@ -311,7 +413,7 @@ def publish_rollout(result: dict[str, Any], tracked: dict[str, Any]) -> None:
 def rollout_summary(result: dict[str, Any], tracked: dict[str, Any]) -> dict[str, Any]:
     keep = ("scored_path", "written", "skipped", "policy", "provision_s", "rollout_s", "scoring_s", "seconds")
     return {**{k: result[k] for k in keep},
-            "trajectories": len(result["trajectories"]),
+            "trajectories": result["trajectories"],
             "failed": tracked.get("failed", 0),
             "stop_reasons": tracked.get("stop_reasons", {}),
             "reward_mean": tracked.get("reward.total.mean"),
@@ -328,10 +430,11 @@ def rollout_flow(rollout: RolloutParams | None = None, tracking: TrackingParams 
     if needs_ray_switch(run.ray_address):
         return rollout_flow.with_options(task_runner=task_runner_for(run.ray_address, run.workers))(
             rollout, tracking, run)
-    ctx = start_tracking(tracking, tracking.run_key or flow_run_id(), "twinkle-rollout",
-                         {"rollout": rollout.model_dump(), "run": run.model_dump()})
-    result = run_rollout(rollout, run, ctx=ctx, tracking=tracking)
-    tracked = log_rollout(ctx, result["stage_run_id"], quote(result))
+    with sandbox_endpoint(rollout.sandbox) as endpoint:  # first: see sandbox_endpoint
+        ctx = start_tracking(tracking, tracking.run_key or flow_run_id(), "twinkle-rollout",
+                             {"rollout": rollout.model_dump(), "run": run.model_dump()})
+        result = run_rollout(rollout, run, endpoint, ctx=ctx, tracking=tracking)
+    tracked = log_rollout(ctx, result["stage_run_id"], result)
     publish_rollout(result, tracked)
     summary = rollout_summary(result, tracked)
     finish_tracking(ctx, {**summary, "mlflow_run_id": ctx.run_id})

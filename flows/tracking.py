@@ -19,16 +19,15 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from twinkle.tracking.traces import trajectory_key
-
 from flows.common import Tracking, tracking_target
 from flows.params import TrackingParams
+from twinkle.tracking.traces import trajectory_key
 
 _IO = dict(retries=2, retry_delay_seconds=[1, 5], cache_policy=NO_CACHE, persist_result=False)
 
 # Traces are written by one helper process per flow-run process (``TraceWriterProcess``):
 # writing them is CPU-bound SQLAlchemy work that would otherwise hold the GIL while the
-# rollouts of other shards wait on sandboxes and the model. Started when tracking starts,
+# rollout's event loop waits on sandboxes and the model. Started when tracking starts,
 # so its MLflow import overlaps curation; closed when the process exits.
 _WRITER = None
 _WRITER_LOCK = threading.Lock()
@@ -89,32 +88,51 @@ def start_stage(tracking: Tracking, name: str) -> str:
     return tracking.stage(name)
 
 
-@task(name="trace-trajectories", task_run_name="trace-trajectories-{shard}", **_IO)
-def trace_trajectories(tracking: Tracking, stage: str, scored: dict[str, Any],
-                       settings: TrackingParams, dataset: str, shard: int, offset: int) -> dict[str, Any]:
-    """One MLflow trace per trajectory of a shard, rewards as feedback (idempotent per session).
+def trace_key(trajectory: dict[str, Any], index: int) -> str:
+    """A trajectory's trace key: its position in the whole rollout + its id (unique even when
+    ids repeat, stable for the same inputs, so a retry finds the traces it already wrote)."""
+    return f"{index}:{trajectory_key(trajectory, index)}"
 
-    Runs per shard as soon as the shard is scored, so tracing overlaps the rollouts of the
-    shards still in flight instead of adding to the stage's wall time.
+
+def _writer_options(trace: dict[str, Any]) -> dict[str, Any]:
+    return {"run_id": trace["run_id"], "dataset": trace["dataset"], "sample_rate": trace["sample_rate"],
+            "max_spans": trace["max_spans"], "max_payload_chars": trace["max_payload_chars"]}
+
+
+def open_trace_stream(trace: dict[str, Any]) -> Any:
+    """A ``TraceStream`` into this process's trace writer, for trajectories as they finish."""
+    from twinkle.tracking.writer import TraceStream
+
+    tracker = trace["tracker"]
+    return TraceStream(trace_writer_process(), tracker.tracking_uri, tracker.experiment_id, trace["session"],
+                       **_writer_options(trace))
+
+
+@task(name="trace-trajectories", task_run_name="trace-trajectories-{shard}", **_IO)
+def trace_file(trace: dict[str, Any], path: str, offset: int, shard: int) -> dict[str, Any]:
+    """Trace the scored trajectories of a file (a rollout found in the cache), rewards as feedback.
+
+    Idempotent per session: traces already there are skipped, so a rollout cached from a
+    run in the same session writes nothing, and one from another session is traced anew.
     """
-    trajectories = scored["trajectories"]
-    # Position in the whole batch + id: unique even when ids repeat, stable for the same inputs.
-    keys = [f"{offset + i}:{trajectory_key(t, offset + i)}" for i, t in enumerate(trajectories)]
-    tracker = tracking.tracker
+    from flows.common import read_rows_cached
+
+    trajectories = read_rows_cached([path])
+    tracker = trace["tracker"]
     return trace_writer_process().write(
-        tracker.tracking_uri, tracker.experiment_id, tracking.run_key, trajectories,
-        [t.get("rewards") for t in trajectories], keys, run_id=stage, dataset=dataset,
-        sample_rate=settings.trace_sample_rate, max_spans=settings.max_spans_per_trace,
-        max_payload_chars=settings.max_payload_chars,
-    )
+        tracker.tracking_uri, tracker.experiment_id, trace["session"], trajectories,
+        [t.get("rewards") for t in trajectories], [trace_key(t, offset + i) for i, t in enumerate(trajectories)],
+        **_writer_options(trace))
 
 
 @task(name="log-rollout", task_run_name="log-rollout", **_IO)
 def log_rollout(tracking: Tracking, stage: str, result: dict[str, Any]) -> dict[str, Any]:
     """Rollout + scoring stage: metrics, reward plots, the scored file, trace counts; closes the stage."""
     tracker = tracking.tracker
+    from flows.common import read_rows_cached
+
     tracker.log_params(stage, result["settings"])
-    trajectories = result["trajectories"]
+    trajectories = read_rows_cached([result["scored_path"]])
     summary = tracker.log_rollout(stage, trajectories)
     reward_metrics = tracker.log_rewards(stage, [t.get("rewards") for t in trajectories])
     tracker.set_tags(stage, {f"skipped.{k}": v for k, v in result.get("skipped", {}).items()})

@@ -77,6 +77,17 @@ def test_rerun_with_the_same_key_resumes_cached_stages_without_duplicates(prefec
     assert len(client.search_runs([exp])) == 3  # one run + two stages, found again by key
     assert len(client.search_traces(locations=[exp])) == 4
     assert second.result()["traces_written"] == 0
+    # Stages pass files, not rows: every persisted task result is a small summary.
+    results = [p for p in (tmp_path / "out" / ".prefect-results").rglob("*") if p.is_file()]
+    assert results and max(p.stat().st_size for p in results) < 20_000
+
+    # Another run (new key) over the same outputs: stages cached, its own traces written from the file.
+    other = pipeline_flow(cur, rol, tracking_params.model_copy(update={"run_key": "nightly-43"}), run,
+                          return_state=True)
+    states = task_states(other)
+    assert states["run-rollouts-0"] == "Cached" and states["trace-trajectories-0"] == "Completed"
+    assert other.result()["traces_written"] == 4 and other.result()["reward_mean"] == 1.0
+    assert len(client.search_traces(locations=[exp], filter_string="tag.`twinkle.session` = 'nightly-43'")) == 4
 
 
 def test_task_environments_with_a_live_policy_get_rewards_and_token_usage(prefect_api, tmp_path,

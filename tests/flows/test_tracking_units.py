@@ -134,3 +134,46 @@ def test_trace_writer_process_writes_in_a_helper_and_falls_back_when_it_cannot_s
     report = broken.write(tracker.tracking_uri, tracker.experiment_id, "s2", [_trajectory(1)], None)
     assert report["written"] == 1  # written in-process instead
     assert len(mlflow.MlflowClient(tracker.tracking_uri).search_traces(locations=[tracker.experiment_id])) == 2
+
+
+class _InProcessWriter:
+    """``TraceWriterProcess.write`` without the helper process (same call, real MLflow store)."""
+
+    def __init__(self, fail_first: bool = False) -> None:
+        self.batches: list[int] = []
+        self.fail_first = fail_first
+
+    def write(self, *args, **kwargs):
+        from twinkle.tracking.traces import write_trace_batch
+
+        self.batches.append(len(args[3]))
+        if self.fail_first and len(self.batches) == 1:
+            raise OSError("store unavailable")
+        return write_trace_batch(*args, **kwargs)
+
+
+def test_trace_stream_writes_batches_while_trajectories_arrive_and_reports_failures(tmp_path):
+    from twinkle.tracking import TraceStream
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    exp = MLflowTracker(uri, experiment="stream", artifact_location=str(tmp_path / "mlruns")).experiment_id
+    writer = _InProcessWriter()
+    stream = TraceStream(writer, uri, exp, "session-s", batch_size=2, max_wait_s=0.05)
+    for i in range(5):
+        stream.put(_trajectory(i), {"total": float(i % 2)}, key=f"{i}:t{i}")
+    report = stream.close()
+    assert report["written"] == 5 and sum(writer.batches) == 5 and max(writer.batches) <= 2
+    import mlflow
+
+    traces = mlflow.MlflowClient(uri).search_traces(locations=[exp])
+    assert sorted(float(t.info.tags["reward.total"]) for t in traces) == [0.0, 0.0, 0.0, 1.0, 1.0]
+
+    again = TraceStream(_InProcessWriter(), uri, exp, "session-s", batch_size=8)
+    for i in range(5):  # a retry: the same keys, nothing new
+        again.put(_trajectory(i), {"total": 0.0}, key=f"{i}:t{i}")
+    assert again.close()["existing"] == 5
+
+    broken = TraceStream(_InProcessWriter(fail_first=True), uri, exp, "session-b", batch_size=8)
+    broken.put(_trajectory(9), None, key="9:t9")
+    with pytest.raises(OSError, match="store unavailable"):
+        broken.close()

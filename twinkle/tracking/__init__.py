@@ -10,15 +10,23 @@ Example:
 """
 
 from twinkle.tracking.scrub import REDACTED, is_secret_name, scrub_secrets, scrub_text
-from twinkle.tracking.traces import SpanRecord, TraceReport, TraceWriter, build_spans, sampled, trajectory_key
+from twinkle.tracking.traces import (
+    SpanRecord,
+    TraceReport,
+    TraceWriter,
+    build_spans,
+    sampled,
+    trajectory_key,
+)
 from twinkle.tracking.tracker import MLflowTracker, flatten, metric_key
-from twinkle.tracking.writer import TraceWriterProcess
+from twinkle.tracking.writer import TraceStream, TraceWriterProcess
 
 __all__ = [
-    "MLflowTracker",
     "REDACTED",
+    "MLflowTracker",
     "SpanRecord",
     "TraceReport",
+    "TraceStream",
     "TraceWriter",
     "TraceWriterProcess",
     "build_spans",

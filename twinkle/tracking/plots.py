@@ -10,7 +10,8 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 
 def _figure(width: float, height: float, panels: int = 1) -> tuple[Any, list[Any]]:

@@ -39,8 +39,9 @@ import hashlib
 import json
 import threading
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from twinkle.data_format import message_text, normalize_tool_calls, user_data_get
 from twinkle.tracking.scrub import scrub_secrets
@@ -50,6 +51,8 @@ _TRUNCATED = "...[truncated by twinkle: {n} more chars]"
 # each other's locks (measured: 2 threads took 34 ms per trace each instead of 12 ms).
 _STORE_LOCKS: dict[str, threading.Lock] = {}
 _LOCKS_GUARD = threading.Lock()
+#: Trace keys known per (tracking URI, experiment, session) in this process; see write_trace_batch.
+_KNOWN_KEYS: dict[tuple[str, str, str], set[str]] = {}
 
 
 def _store_lock(uri: str) -> threading.Lock:
@@ -317,12 +320,20 @@ class TraceWriter:
         trajectories: Sequence[Mapping[str, Any]],
         rewards: Sequence[Mapping[str, Any] | None] | None = None,
         keys: Sequence[str] | None = None,
+        existing: set[str] | None = None,
     ) -> TraceReport:
-        """Trace each trajectory once; ``rewards[i]`` maps reward name -> value (or None)."""
+        """Trace each trajectory once; ``rewards[i]`` maps reward name -> value (or None).
+
+        ``existing``: keys this session is known to hold already (skips the search query,
+        which grows with the session); updated in place with the keys written here, so a
+        caller streaming batches keeps one set instead of searching per batch.
+        """
         started = time.perf_counter()
         report = TraceReport()
-        existing = self.existing_keys()
+        if existing is None:
+            existing = self.existing_keys()
         pending: list[tuple[Any, list[Any]]] = []
+        written: list[str] = []
         seen: set[str] = set()
         for i, traj in enumerate(trajectories):
             key = keys[i] if keys is not None else trajectory_key(traj, i)
@@ -343,8 +354,10 @@ class TraceWriter:
             reward = dict(rewards[i] or {}) if rewards is not None and i < len(rewards) else {}
             pending.append(self._entities(trace_id, key, traj, spans, reward))
             report.spans += len(spans)
+            written.append(key)
         with _store_lock(self.tracking_uri):
             self._store(pending)
+        existing.update(written)  # only once stored: a failed batch is retried in full
         report.written = len(pending)
         report.seconds = time.perf_counter() - started
         return report
@@ -508,7 +521,17 @@ def write_trace_batch(tracking_uri: str, experiment_id: str, session: str, traje
     trace writing (CPU-bound SQLAlchemy work) does not share the GIL with rollouts.
     """
     writer = TraceWriter(tracking_uri, experiment_id, session, **writer_kwargs)
-    report = writer.write(trajectories, rewards, keys=keys)
+    # Keys traced per session, kept for the life of this process: batches streamed from a
+    # rollout search the store once, not once per batch. Another process (a retry after a
+    # crash, a Ray worker with its own keys) starts with a fresh search.
+    ident = (tracking_uri, str(experiment_id), session)
+    with _LOCKS_GUARD:
+        known = _KNOWN_KEYS.get(ident)
+    if known is None:
+        known = writer.existing_keys()
+        with _LOCKS_GUARD:
+            known = _KNOWN_KEYS.setdefault(ident, known)
+    report = writer.write(trajectories, rewards, keys=keys, existing=known)
     return {"written": report.written, "existing": report.skipped_existing, "unsampled": report.unsampled,
             "spans": report.spans, "seconds": report.seconds}
 

@@ -31,7 +31,8 @@ import re
 import statistics
 import tempfile
 from collections import Counter
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from twinkle.tracking.scrub import scrub_secrets
 from twinkle.tracking.traces import TraceWriter, is_failed, summarize_rewards

@@ -3,7 +3,7 @@
 Writing a trace is CPU-bound SQLAlchemy work (~15 ms per trace on SQLite). Done in the
 process that runs rollouts, it holds the GIL while other trajectories wait on sandboxes
 and the model; in a helper process it runs on another core. The helper is a plain
-``python -m twinkle.tracking.writer`` subprocess speaking pickled requests over its
+``python -c`` subprocess running ``main`` speaking pickled requests over its
 stdin/stdout (standard library ``subprocess`` + ``pickle``): unlike ``multiprocessing``
 with spawn, it never re-imports the caller's ``__main__``, so a script without a
 ``__main__`` guard cannot run twice. If the helper cannot start or dies, ``write`` falls
@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import logging
 import pickle
+import queue
 import struct
 import subprocess
 import sys
 import threading
+import time
 from typing import Any, BinaryIO
 
 logger = logging.getLogger("twinkle.tracking")
@@ -71,7 +73,9 @@ class TraceWriterProcess:
             return None
         if self._proc is None or self._proc.poll() is not None:
             try:
-                self._proc = subprocess.Popen([self.python, "-m", "twinkle.tracking.writer"],
+                # ``-c`` rather than ``-m``: the package imports this module first, and runpy
+                # warns when it is then run as __main__.
+                self._proc = subprocess.Popen([self.python, "-c", "from twinkle.tracking.writer import main; main()"],
                                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
             except OSError as exc:
                 logger.warning("trace writer process unavailable (%s); writing in-process", exc)
@@ -117,6 +121,80 @@ class TraceWriterProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class TraceStream:
+    """Traces trajectories while a rollout still runs: ``put`` each one as it finishes.
+
+    A background thread gathers what arrives into batches (``batch_size``, or whatever came
+    within ``max_wait_s``) and hands each batch to ``writer`` (a ``TraceWriterProcess``),
+    so the rollout never waits on MLflow and trace writing overlaps it instead of
+    following it. ``close`` flushes the rest and returns the summed report; a batch that
+    failed raises there (the caller's task retries; trace keys keep retries idempotent).
+
+    Args:
+        writer: ``TraceWriterProcess`` (or anything with its ``write`` signature).
+        tracking_uri, experiment_id, session: where the traces go (see ``TraceWriter``).
+        batch_size: trajectories per write at most.
+        max_wait_s: how long a finished trajectory waits for its batch to fill.
+        writer_kwargs: ``TraceWriter`` options (``run_id``, ``dataset``, ``sample_rate``...).
+
+    Example:
+        >>> stream = TraceStream(TraceWriterProcess().start(), uri, exp_id, 'run-7')  # doctest: +SKIP
+        >>> stream.put(trajectory, {'total': 1.0}, key='0:conv-0')                     # doctest: +SKIP
+        >>> stream.close()['written']                                                   # doctest: +SKIP
+        1
+    """
+
+    def __init__(self, writer: Any, tracking_uri: str, experiment_id: str, session: str, *,
+                 batch_size: int = 32, max_wait_s: float = 1.0, **writer_kwargs: Any) -> None:
+        self._writer = writer
+        self._target = (tracking_uri, experiment_id, session)
+        self._kwargs = writer_kwargs
+        self.batch_size, self.max_wait_s = max(1, batch_size), max_wait_s
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self.report = {"written": 0, "existing": 0, "unsampled": 0, "spans": 0, "seconds": 0.0}
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name="twinkle-trace-stream", daemon=True)
+        self._thread.start()
+
+    def put(self, trajectory: Any, rewards: Any, key: str) -> None:
+        """Queue one finished trajectory (with its rewards, recorded as trace feedback)."""
+        self._queue.put((trajectory, rewards, key))
+
+    def _loop(self) -> None:
+        done = False
+        while not done:
+            batch = [self._queue.get()]
+            deadline = time.monotonic() + self.max_wait_s
+            while len(batch) < self.batch_size:
+                try:
+                    batch.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
+                except queue.Empty:
+                    break
+            if batch[-1] is None:
+                batch.pop()
+                done = True
+            elif None in batch:
+                batch.remove(None)
+                done = True
+            if batch and self._error is None:
+                try:
+                    got = self._writer.write(*self._target, [b[0] for b in batch], [b[1] for b in batch],
+                                             [b[2] for b in batch], **self._kwargs)
+                except Exception as exc:  # re-raised by close(), in the caller's thread
+                    self._error = exc
+                else:
+                    for k in self.report:
+                        self.report[k] += got.get(k, 0)
+
+    def close(self) -> dict[str, Any]:
+        """Write what is still queued, stop the thread, return the summed report."""
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return dict(self.report)
 
 
 def main() -> None:
