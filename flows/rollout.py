@@ -128,14 +128,26 @@ def _policy_api(settings: dict[str, Any], rows: list[dict[str, Any]]) -> tuple[A
     return api, [ReplayAPI.prompt_of(r) for r in rows]
 
 
-def _score(recorded: dict[str, Any], trajectory: dict[str, Any], replay: bool) -> dict[str, Any]:
+def _task_environments(endpoint: dict[str, Any] | None) -> dict[str, Any]:
+    """Task environments that must not use their defaults here: the code environment grades
+    model-written code in the run's sandbox server, never in a host subprocess."""
+    if not endpoint:
+        return {}
+    from twinkle.core.environments import CodeEnvironment
+
+    code = CodeEnvironment(sandbox_url=endpoint["api_url"], sandbox_api_key=endpoint["api_key"])
+    return {"code": code, "tasks/code": code}
+
+
+def _score(recorded: dict[str, Any], trajectory: dict[str, Any], replay: bool,
+           environments: dict[str, Any] | None = None) -> dict[str, Any]:
     """Rewards of one finished trajectory: its task environment via the bridge, or replay fidelity."""
     from twinkle.data_format import user_data_get
 
     if user_data_get(trajectory.get("user_data"), "env"):
         from twinkle.integrations.rollout_bridge import score_trajectories
 
-        score = score_trajectories([trajectory])[0]
+        score = score_trajectories([trajectory], environments=environments)[0]
     elif replay:
         from twinkle.integrations.replay import replay_fidelity
 
@@ -199,11 +211,12 @@ def run_rollouts(source: str, start: int, end: int, shard: int, settings: dict[s
     envs = provision_sandboxes(len(prompts), endpoint, sandbox, settings["concurrency"])
     provisioned = time.perf_counter()
     stream = open_trace_stream(trace) if trace else None
+    task_envs = _task_environments(endpoint)
     scoring_s = [0.0]
 
     def done(i: int, traj: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
-        scored = _score(rows[i], traj, settings["replay"])
+        scored = _score(rows[i], traj, settings["replay"], task_envs)
         scoring_s[0] += time.perf_counter() - t0
         if stream is not None:
             stream.put(scored, scored["rewards"], trace_key(scored, start + i))

@@ -40,7 +40,9 @@ class ThreadedServer:
         self.host = host
         self.port = port
         self.name = name
-        self.config = {"log_level": "warning", "access_log": False, **config}
+        # log_config=None: uvicorn would otherwise dictConfig the whole process's logging, which
+        # flushes (and can deadlock on) handlers of the host program, Prefect's API logger included.
+        self.config = {"log_level": "warning", "access_log": False, "log_config": None, **config}
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
