@@ -42,6 +42,8 @@ FILTERS: dict[str, tuple[str, str, bool]] = {
     "refuse": ("twinkle.preprocessor.refuse_filter", "RefuseFilter", False),
     "soup": ("twinkle.preprocessor.token_soup", "TokenSoupFilter", False),
     "normalize": ("twinkle.preprocessor.message_normalizer", "MessageNormalizer", False),
+    # Not in the default chain: it needs the `pii` extra and loads spaCy models.
+    "pii": ("twinkle.preprocessor.pii_presidio_filter", "PIIPresidioFilter", False),
 }
 
 #: The documented order: global dedup first, then the rule filters, then normalisation.
