@@ -91,7 +91,7 @@ def _table(stats: Any, rows_read: int, rows_written: int) -> Any:
     default=_DEFAULT,
     show_default=True,
     help="Comma-separated steps, run in this order: dedup, neardedup, model, hard, "
-    "deadloop, refuse, soup, normalize.",
+    "deadloop, refuse, soup, normalize, pii (PII rewrite; needs the `pii` extra).",
 )
 @click.option(
     "--allowed-model",
