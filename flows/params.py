@@ -94,6 +94,13 @@ class RolloutParams(_Params):
                              description="Registered task environments to roll out (twinkle.core.registry); "
                                          "they need a policy model (base_url + model).")
     tasks_limit: int | None = Field(None, ge=1, description="Tasks per environment at most (all when empty).")
+    openenv: list[str] = Field(default_factory=list,
+                               description="OpenEnv environments to play, by package name (e.g. number_guess); "
+                                           "one environment instance per episode; they need a policy model.")
+    openenv_episodes: int = Field(4, ge=1, le=100000, description="Episodes per OpenEnv environment.")
+    openenv_base_url: str | None = Field(None, description="OpenEnv server (http://host:port), one WebSocket "
+                                                           "session per episode. Empty: run the environments "
+                                                           "in-process.")
     dataset: str = Field("examples", description="Dataset name: MLflow tag and output file prefix.",
                          pattern=r"^[A-Za-z0-9_.-]+$")
     limit: int | None = Field(None, ge=1, description="Conversations re-run at most (all when empty).")

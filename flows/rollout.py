@@ -4,15 +4,18 @@ Library calls per task: ``AgentEnv`` + ``EnvTool`` + ``ToolManager`` (one sandbo
 trajectory), ``APIMultiTurnRollout`` over ``ReplayAPI`` (recorded assistant turns, the
 default) or ``OpenAI`` (when ``policy.base_url`` and ``policy.model`` are given),
 ``twinkle.integrations.rollout_bridge`` for task environments and
-``twinkle.integrations.replay`` for the replay-fidelity reward of re-run conversations.
+``twinkle.integrations.replay`` for the replay-fidelity reward of re-run conversations,
+and ``OpenEnv`` / ``OpenEnvClient`` (one environment per episode, in-process or on an
+OpenEnv server) whose cumulative ``episode_reward`` is the reward of an OpenEnv episode.
 The rollout is one task (one event loop; shards only under a Ray task runner); each
 trajectory is scored as it finishes and streamed to MLflow (``TraceStream``) while the
 others still run. Stages pass files (see ``flows.common``); results are persisted and
 cached on the input file's hash + settings, so a rerun resumes after the finished stages.
 
-Failures are data: a sandbox that cannot be created, an endpoint that is down, a tool
-that fails, each marks only the trajectories concerned (``stop_reason`` ``error`` or
-``api_error``, ``error`` holding the reason), and the flow completes.
+Failures are data: a sandbox or OpenEnv environment that cannot be created, an endpoint
+that is down, a tool that fails, each marks only the trajectories concerned
+(``stop_reason`` ``error`` or ``api_error``, ``error`` holding the reason), and the flow
+completes.
 
 With no ``sandbox.api_url`` (and no ``E2B_API_URL``) the flow starts
 ``twinkle.sandbox.SandboxServer`` on a free loopback port with a random API key for its own
@@ -66,12 +69,31 @@ from flows.tracking import (
     trace_key,
 )
 
+#: The system prompt of an OpenEnv episode; the user message adds the env's first observation.
+OPENENV_SYSTEM = ("You are an agent playing an interactive environment through its tools. Call one tool "
+                  "at a time, read each observation, and stop calling tools once the episode is over.")
+
+
+def openenv_rows(names: list[str], episodes: int) -> list[dict[str, Any]]:
+    """Prompt rows of OpenEnv episodes: ``user_data`` names the env and the episode's reset seed
+    (so a rerun replays the same episodes); the env's first observation and its tool schemas
+    are added when the env is provisioned (``provision_openenvs``)."""
+    from twinkle.data_format import pack_value
+
+    return [{"id": f"openenv-{name}-{k}",
+             "messages": [{"role": "system", "content": OPENENV_SYSTEM},
+                          {"role": "user", "content": f"Play the '{name}' environment until the episode ends, "
+                                                      "using its tools."}],
+             "user_data": [["openenv", pack_value(name)], ["seed", pack_value(k)]]}
+            for name in names for k in range(episodes)]
+
 
 @task(name="prepare-rollout", task_run_name="prepare-rollout", cache_key_fn=stage_key)
 def prepare_rollout(paths: list[str], limit: int | None, envs: list[str], tasks_limit: int | None,
-                    fp: str, out: str) -> dict[str, Any]:
+                    fp: str, out: str, openenv: list[str] | None = None, episodes: int = 0) -> dict[str, Any]:
     """The rollout's input file: recorded agent conversations (rows with tool calls, at most
-    ``limit``), then task rows of registered environments (``rollout_bridge.trajectories_for``)."""
+    ``limit``), then task rows of registered environments (``rollout_bridge.trajectories_for``),
+    then ``episodes`` prompt rows per OpenEnv environment in ``openenv``."""
     from twinkle.data_format import is_agent_row
 
     rows = read_rows_cached(paths) if paths else []
@@ -85,6 +107,7 @@ def prepare_rollout(paths: list[str], limit: int | None, envs: list[str], tasks_
         for env in envs:
             items = trajectories_for(env)
             tasks.extend(items[:tasks_limit] if tasks_limit else items)
+    tasks.extend(openenv_rows(list(openenv or []), episodes))
     path = work_path(out, "rollout-input", fp)
     n = write_work_rows(path, agent + tasks)
     return {"path": path, "fingerprint": fp, "rows": n, "conversations": len(agent),
@@ -112,6 +135,39 @@ def provision_sandboxes(n: int, endpoint: dict[str, Any] | None, sandbox: Sandbo
 
     with ThreadPoolExecutor(max_workers=max(1, min(n, workers))) as pool:
         return list(pool.map(one, range(n)))
+
+
+@task(name="provision-openenvs", task_run_name="provision-openenvs", cache_policy=NO_CACHE, persist_result=False)
+def provision_openenvs(prompts: list[dict[str, Any]], base_url: str | None,
+                       workers: int) -> list[tuple[Any, str | None, dict[str, Any]]]:
+    """One fresh OpenEnv environment per episode prompt (``OpenEnv`` in-process, or an
+    ``OpenEnvClient`` session on ``base_url``), created and reset concurrently with the
+    episode's seed; (env, error, prompt) triples, the prompt completed with the env's first
+    observation and its real tool schemas (``env.tools()``)."""
+    from twinkle.data_format import user_data_get
+    from twinkle.envs.openenv import OpenEnv, OpenEnvClient
+
+    def one(prompt: dict[str, Any]) -> tuple[Any, str | None, dict[str, Any]]:
+        ud = prompt.get("user_data")
+        env = None
+        try:
+            name = user_data_get(ud, "openenv")
+            env = OpenEnvClient(name, base_url=base_url) if base_url else OpenEnv(env_name=name)
+            first = env.reset(seed=user_data_get(ud, "seed"))
+            tools = env.tools()
+        except Exception as exc:  # this episode fails with the reason; the others go on
+            if env is not None:
+                with contextlib.suppress(Exception):
+                    env.close()
+            return None, f"{type(exc).__name__}: {exc}", prompt
+        messages = [dict(m) for m in prompt["messages"]]
+        messages[-1]["content"] = f"{messages[-1]['content']}\n\n{first.observation}"
+        return env, None, {**prompt, "messages": messages, "tools": tools}
+
+    if not prompts:
+        return []
+    with ThreadPoolExecutor(max_workers=max(1, min(len(prompts), workers))) as pool:
+        return list(pool.map(one, prompts))
 
 
 def _policy_api(settings: dict[str, Any], rows: list[dict[str, Any]]) -> tuple[Any, list[dict[str, Any]]]:
@@ -159,6 +215,15 @@ def _score(recorded: dict[str, Any], trajectory: dict[str, Any], replay: bool,
             "reward_error": score["error"]}
 
 
+def _score_episode(trajectory: dict[str, Any], reward: float | None) -> dict[str, Any]:
+    """Rewards of an OpenEnv episode: the env's cumulative ``episode_reward`` (None: no env)."""
+    if reward is None:
+        return {**trajectory, "rewards": {}, "reward_outcome": "error",
+                "reward_error": trajectory.get("error") or "no environment"}
+    return {**trajectory, "rewards": {"episode_reward": reward, "total": reward},
+            "reward_outcome": "solved" if reward > 0 else "unsolved", "reward_error": None}
+
+
 def _each_done(rollout: Any, prompts: list[dict[str, Any]], managers: list[Any], done: Any) -> list[Any]:
     """Run ``rollout`` over ``prompts`` on one event loop, calling ``done(i, trajectory)`` in a
     worker thread as each trajectory finishes (``APIMultiTurnRollout.acall`` per trajectory,
@@ -199,7 +264,7 @@ def run_rollouts(source: str, start: int, end: int, shard: int, settings: dict[s
     ``fp`` (input file hash + settings, computed by the flow) is the cache key and names the
     output file; ``endpoint`` and ``trace`` (live connections) are not part of it.
     """
-    from twinkle.data_format import SamplingParams
+    from twinkle.data_format import SamplingParams, user_data_get
     from twinkle.envs.env_tool import EnvTool
     from twinkle.rollout.api_multi_turn import APIMultiTurnRollout
     from twinkle.tools import ToolManager
@@ -208,7 +273,17 @@ def run_rollouts(source: str, start: int, end: int, shard: int, settings: dict[s
     rows = read_rows_cached([source])[start:end]
     api, prompts = _policy_api(settings, rows)
     sandbox = SandboxParams(**settings["sandbox"])
-    envs = provision_sandboxes(len(prompts), endpoint, sandbox, settings["concurrency"])
+    # OpenEnv episodes get an OpenEnv environment, every other row a sandbox.
+    games = [i for i, r in enumerate(rows) if user_data_get(r.get("user_data"), "openenv")]
+    episodes = set(games)
+    boxed = [i for i in range(len(rows)) if i not in episodes]
+    envs: list[tuple[Any, str | None]] = [(None, None)] * len(prompts)
+    for i, pair in zip(boxed, provision_sandboxes(len(boxed), endpoint, sandbox, settings["concurrency"])):
+        envs[i] = pair
+    for i, (env, error, prompt) in zip(games, provision_openenvs(
+            [prompts[i] for i in games], settings.get("openenv_base_url"), settings["concurrency"])):
+        envs[i], prompts[i] = (env, error), prompt
+    toolsets: dict[int, list[Any]] = {}
     provisioned = time.perf_counter()
     stream = open_trace_stream(trace) if trace else None
     task_envs = _task_environments(endpoint)
@@ -216,7 +291,10 @@ def run_rollouts(source: str, start: int, end: int, shard: int, settings: dict[s
 
     def done(i: int, traj: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
-        scored = _score(rows[i], traj, settings["replay"], task_envs)
+        if i in episodes:
+            scored = _score_episode(traj, toolsets[i][0].episode_reward if i in toolsets else None)
+        else:
+            scored = _score(rows[i], traj, settings["replay"], task_envs)
         scoring_s[0] += time.perf_counter() - t0
         if stream is not None:
             stream.put(scored, scored["rewards"], trace_key(scored, start + i))
@@ -227,8 +305,9 @@ def run_rollouts(source: str, start: int, end: int, shard: int, settings: dict[s
         trajectories: list[Any] = [None] * len(prompts)
         for i, (env, error) in enumerate(envs):
             if env is None:
+                kind = "OpenEnvError" if i in episodes else "SandboxError"
                 trajectories[i] = done(i, {**prompts[i], "turns": 0, "stop_reason": "error", "truncated": True,
-                                           "turn_log": [], "error": f"SandboxError: {error}"})
+                                           "turn_log": [], "error": f"{kind}: {error}"})
         if ready:
             policy = settings["policy"]
             rollout = APIMultiTurnRollout(
@@ -236,15 +315,16 @@ def run_rollouts(source: str, start: int, end: int, shard: int, settings: dict[s
                 max_turns=settings["max_turns"], concurrency=settings["concurrency"],
                 tool_timeout_s=sandbox.tool_timeout_s, request_timeout_s=policy["request_timeout_s"],
             )
-            outputs = _each_done(rollout, [prompts[i] for i in ready],
-                                 [ToolManager(EnvTool.from_env(envs[i][0])) for i in ready],
+            toolsets.update({i: EnvTool.from_env(envs[i][0]) for i in ready})
+            outputs = _each_done(rollout, [prompts[i] for i in ready], [ToolManager(toolsets[i]) for i in ready],
                                  lambda j, traj: done(ready[j], traj))
             for i, traj in zip(ready, outputs):
                 trajectories[i] = traj
     finally:
         for env, _ in envs:
             if env is not None:
-                env.close()
+                with contextlib.suppress(Exception):  # one env failing to close must not leak the others
+                    env.close()
         traces = stream.close() if stream is not None else {}
     rolled = time.perf_counter()
     path = work_path(out, "rollout", fp)
@@ -357,16 +437,24 @@ def run_rollout(params: RolloutParams, run: RunParams, endpoint: Any,
     if params.tasks and replay:
         skipped["tasks"] = ("task environments need a policy model (give base_url and model); "
                             "the replay policy only answers recorded conversations")
+    games = list(params.openenv) if params.openenv and not replay else []
+    if params.openenv and replay:
+        skipped["openenv"] = (f"OpenEnv episodes ({', '.join(params.openenv)}) need a policy model (give "
+                              "base_url and model); the replay policy has no recordings of them")
     source = conversations_fp or files_fingerprint(paths)  # the curation stage's fingerprint, when given
-    pfp = fingerprint("rollout-input", source, params.limit, envs, params.tasks_limit)
+    pfp = fingerprint("rollout-input", source, params.limit, envs, params.tasks_limit,
+                      *([games, params.openenv_episodes] if games else []))  # unchanged keys without OpenEnv
     prepared = stage_task(prepare_rollout, out, refresh, work_path(o, "rollout-input", pfp))(
-        paths, params.limit, envs, params.tasks_limit, pfp, o)
+        paths, params.limit, envs, params.tasks_limit, pfp, o, games, params.openenv_episodes)
     if prepared["not_agent"]:
         skipped["conversations"] = f"{prepared['not_agent']} rows without tool calls are not re-run"
     if prepared["over_limit"]:
         skipped["limit"] = f"{prepared['over_limit']} conversations over limit={params.limit} not re-run"
-    settings = {**params.model_dump(exclude={"conversations", "tasks", "tasks_limit", "dataset", "limit"}),
+    settings = {**params.model_dump(exclude={"conversations", "tasks", "tasks_limit", "dataset", "limit",
+                                             "openenv", "openenv_episodes", "openenv_base_url"}),
                 "replay": replay}
+    if games:  # only then: the rollout's cache keys stay what they were without OpenEnv
+        settings["openenv_base_url"] = params.openenv_base_url
     ranges = spans(prepared["rows"], params.shard_size if run.ray_address else None)
     stage = start_stage(ctx, "rollout") if ctx is not None else None
     trace = None
@@ -394,7 +482,9 @@ def run_rollout(params: RolloutParams, run: RunParams, endpoint: Any,
     return {
         "scored_path": path, "written": written["rows"], "trajectories": written["rows"],
         "skipped": skipped, "policy": "replay" if replay else f"openai:{params.policy.model}",
-        "settings": {**settings, "tasks": params.tasks, "tasks_limit": params.tasks_limit},
+        "settings": {**settings, "tasks": params.tasks, "tasks_limit": params.tasks_limit,
+                     "openenv": params.openenv, "openenv_episodes": params.openenv_episodes,
+                     "openenv_base_url": params.openenv_base_url},
         "provision_s": sum(r["provision_s"] for r in rolled), "rollout_s": sum(r["rollout_s"] for r in rolled),
         "scoring_s": sum(r["scoring_s"] for r in rolled), "seconds": time.perf_counter() - started,
         "stage_run_id": stage, "traces": traces,

@@ -1,0 +1,132 @@
+"""The rollout flow playing OpenEnv episodes (twinkle's ``number_guess``) against a live policy
+served by the local OpenAI-compatible server, under a real Prefect API and MLflow store."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from tests.flows.tests_flows_helpers import flow_state, mlflow_client
+
+
+def binary_search(request: dict) -> dict:
+    """A policy that plays number_guess: narrows [low, high] from the hints so far, then guesses
+    the middle; stops calling tools once the environment says the episode is over."""
+    messages = request["messages"]
+    low, high = map(int, re.search(r"between (\d+) and (\d+)", messages[1]["content"]).groups())
+    guesses = {c["id"]: json.loads(c["function"]["arguments"])["guess"]
+               for m in messages if m["role"] == "assistant" for c in m.get("tool_calls") or []}
+    for m in messages:
+        if m["role"] != "tool":
+            continue
+        guess, hint = guesses[m["tool_call_id"]], m["content"]
+        if hint.startswith("Correct") or "Out of attempts" in hint or "over" in hint:
+            return {"content": f"Done: {hint}"}
+        low, high = (guess + 1, high) if hint.startswith("Higher") else (low, guess - 1)
+    assert [t["function"]["name"] for t in request["tools"]] == ["guess"]
+    return {"content": "", "tool_calls": [{"name": "guess", "arguments": {"guess": (low + high) // 2}}]}
+
+
+def test_rollout_flow_plays_openenv_episodes_and_records_episode_rewards(prefect_api, tmp_path, tracking_params):
+    from flows.params import PolicyParams, RolloutParams, RunParams
+    from flows.rollout import rollout_flow
+    from twinkle.testing.openai_server import OpenAIServer
+
+    run = RunParams(output_dir=str(tmp_path / "out"))
+    with OpenAIServer(binary_search) as server:
+        rollout = RolloutParams(conversations=[], tasks=[], openenv=["number_guess", "no_such_env"],
+                                openenv_episodes=3, concurrency=4,
+                                policy=PolicyParams(base_url=server.base_url, model="test-model"))
+        state = rollout_flow(rollout, tracking_params, run, return_state=True)
+        assert server.requests  # the policy really played
+    assert flow_state(state) == "COMPLETED"
+    summary = state.result()
+    assert summary["trajectories"] == 6 and summary["failed"] == 3
+    assert summary["pass_rate"] == 0.5  # every number_guess episode solved; the missing env scores nothing
+
+    scored = {t["id"]: t for t in map(json.loads, Path(summary["scored_path"]).read_text().splitlines())}
+    for k in range(3):
+        game = scored[f"openenv-number_guess-{k}"]
+        assert game["stop_reason"] == "stop" and game["reward_outcome"] == "solved"
+        assert game["rewards"] == {"episode_reward": 1.0, "total": 1.0}
+        assert game["messages"][-2]["content"].startswith("Correct! The number was")
+        assert [t["function"]["name"] for t in game["tools"]] == ["guess"]
+        assert "Guess a number between 1 and 100" in game["messages"][1]["content"]
+        broken = scored[f"openenv-no_such_env-{k}"]
+        assert broken["stop_reason"] == "error" and broken["error"].startswith("OpenEnvError: ModuleNotFoundError")
+    # Each episode is reset with its own seed (its index).
+    targets = {t["id"]: t["messages"][-2]["content"] for t in scored.values() if "number_guess" in t["id"]}
+    assert len(set(targets.values())) >= 2  # different seeds, different numbers
+
+    client, exp = mlflow_client(tracking_params)
+    traces = client.search_traces(locations=[exp])
+    assert len(traces) == 6
+    solved = [t for t in traces if t.info.tags.get("reward.total") == "1.0"]
+    assert len(solved) == 3
+    for trace in solved:
+        assert {a.name: a.value for a in trace.info.assessments} == {"episode_reward": 1.0, "total": 1.0}
+        assert len(trace.search_spans(span_type="TOOL")) >= 1
+    assert len(client.search_traces(locations=[exp], filter_string="tag.status = 'failed'")) == 3
+
+
+def test_openenv_episodes_with_the_replay_policy_are_skipped_with_a_note(prefect_api, tmp_path, tracking_params):
+    from flows.params import RolloutParams, RunParams
+    from flows.rollout import rollout_flow
+
+    rollout = RolloutParams(conversations=[], tasks=[], openenv=["number_guess"], openenv_episodes=2)
+    state = rollout_flow(rollout, tracking_params, RunParams(output_dir=str(tmp_path / "out")), return_state=True)
+    assert flow_state(state) == "COMPLETED"
+    summary = state.result()
+    assert summary["trajectories"] == 0
+    assert "replay policy has no recordings" in summary["skipped"]["openenv"]
+
+
+_OPENENV_SERVER = """
+import asyncio, uvicorn
+from twinkle.envs.openenv_envs.number_guess.server.asgi import create_number_guess_app
+
+async def main():
+    server = uvicorn.Server(uvicorn.Config(create_number_guess_app(max_concurrent_envs=8, high=50),
+                                           host="127.0.0.1", port=0, log_level="error"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    print(server.servers[0].sockets[0].getsockname()[1], flush=True)
+    await task
+
+asyncio.run(main())
+"""
+
+
+def test_rollout_flow_plays_episodes_on_an_openenv_server(prefect_api, tmp_path, tracking_params):
+    """Server mode: one OpenEnvClient session per episode on a real OpenEnv server (a child
+    process, so its uvicorn does not touch the flow's logging)."""
+    import select
+    import subprocess
+    import sys
+
+    from flows.params import PolicyParams, RolloutParams, RunParams
+    from flows.rollout import rollout_flow
+    from twinkle.testing.openai_server import OpenAIServer
+
+    proc = subprocess.Popen([sys.executable, "-c", _OPENENV_SERVER], stdout=subprocess.PIPE, text=True)
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        assert ready, "the OpenEnv server did not start"
+        base_url = f"http://127.0.0.1:{int(proc.stdout.readline())}"
+        with OpenAIServer(binary_search) as server:
+            rollout = RolloutParams(conversations=[], tasks=[], openenv=["number_guess"], openenv_episodes=2,
+                                    openenv_base_url=base_url,
+                                    policy=PolicyParams(base_url=server.base_url, model="test-model"))
+            state = rollout_flow(rollout, tracking_params, RunParams(output_dir=str(tmp_path / "out")),
+                                 return_state=True)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+    assert flow_state(state) == "COMPLETED"
+    summary = state.result()
+    assert summary["trajectories"] == 2 and summary["failed"] == 0 and summary["reward_mean"] == 1.0
+    scored = [json.loads(line) for line in Path(summary["scored_path"]).read_text().splitlines()]
+    assert all("between 1 and 50" in t["messages"][1]["content"] for t in scored)  # the server's settings
+    assert all(t["rewards"] == {"episode_reward": 1.0, "total": 1.0} for t in scored)
