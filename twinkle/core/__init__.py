@@ -13,8 +13,7 @@ Example:
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from twinkle.core.environment import Environment, EnvironmentSpec, StepResult
 from twinkle.core.signals import RewardFunction, RewardType, Signal, SignalBundle
@@ -29,6 +28,7 @@ from twinkle.core.state import (
     find_ground_truth,
 )
 from twinkle.core.tools import ToolCall, ToolDefinition, ToolResult, ToolResultStatus
+from twinkle.utils.lazy import lazy_getattr
 
 _LAZY = {
     # judge and its model backend
@@ -134,7 +134,4 @@ if TYPE_CHECKING:
     from twinkle.core.trajectory import Checkpoint, Trajectory, Transition
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'twinkle.core' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -3,10 +3,8 @@
 Heavy adapters are imported on first use so ``import twinkle.envs`` stays light.
 """
 
-from importlib import import_module
-from typing import Any
-
 from twinkle.envs.base import Env, StepResult
+from twinkle.utils.lazy import lazy_getattr
 
 _LAZY = {
     "EnvTool": "twinkle.envs.env_tool",
@@ -19,8 +17,4 @@ _LAZY = {
 
 __all__ = ["Env", "StepResult", *_LAZY]
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'twinkle.envs' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)

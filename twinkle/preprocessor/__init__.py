@@ -4,10 +4,8 @@ Each class lives in its own module and is imported on first use, so importing on
 filter never pulls in the heavier ones.
 """
 
-from importlib import import_module
-from typing import Any
-
 from twinkle.preprocessor.base import Filter, Mapper, map_col_to_row, map_row_to_col
+from twinkle.utils.lazy import lazy_getattr
 
 _LAZY = {
     "QualityPreprocessor": "twinkle.preprocessor.quality",
@@ -31,7 +29,4 @@ _LAZY = {
 __all__ = ["Filter", "Mapper", "map_col_to_row", "map_row_to_col", *_LAZY]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'twinkle.preprocessor' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)

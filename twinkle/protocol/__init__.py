@@ -10,8 +10,9 @@ Example:
     True
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from twinkle.utils.lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from twinkle.protocol.base import API, APICallError, Completion
@@ -29,7 +30,4 @@ _LAZY = {
 __all__ = ["API", "APICallError", "Completion", "OpenAI", "ReplayAPI"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'twinkle.protocol' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)

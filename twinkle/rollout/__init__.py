@@ -7,10 +7,10 @@ Example:
     True
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from twinkle.rollout.base import STOP_REASONS, Rollout
+from twinkle.utils.lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from twinkle.rollout.api_multi_turn import APIMultiTurnRollout
@@ -32,7 +32,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'twinkle.rollout' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)

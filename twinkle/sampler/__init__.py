@@ -11,10 +11,10 @@ Example:
     True
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from twinkle.sampler.base import Sampler
+from twinkle.utils.lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from twinkle.sampler.hf import HFSampler
@@ -32,7 +32,4 @@ _LAZY = {
 __all__ = ["ChatTemplate", "HFSampler", "Sampler", "ScriptedSampler", "VLLMSampler"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'twinkle.sampler' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)
