@@ -177,3 +177,26 @@ def test_trace_stream_writes_batches_while_trajectories_arrive_and_reports_failu
     broken.put(_trajectory(9), None, key="9:t9")
     with pytest.raises(OSError, match="store unavailable"):
         broken.close()
+
+
+def test_scrub_text_prefilter_never_changes_the_result():
+    """The trigger-word scan only skips work: the three substitutions give the same text."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from twinkle.tracking import scrub as scrub_mod
+
+    parts = st.sampled_from(["sk-", "SK_", "rk_", "pk-", "e2b_", "Bearer ", "bearer\t", "api_key", "API-KEY",
+                             "token", "Secret", "passwd", "password", "=", ": ", '"', "abcdef123456", " ", "x"])
+
+    def full(text: str) -> str:
+        for pattern, repl in scrub_mod._SECRET_VALUE_RES:
+            text = pattern.sub(repl, text)
+        return text
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(parts, max_size=12).map("".join))
+    def check(text):
+        assert scrub_mod.scrub_text(text) == full(text)
+
+    check()

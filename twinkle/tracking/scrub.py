@@ -42,6 +42,11 @@ _SECRET_VALUE_RES = (
 )
 
 
+# Every pattern above needs one of these words; one scan for them spares most strings the
+# three substitutions (trace payloads are mostly prose and command output without secrets).
+_TRIGGER_RE = re.compile(r"(?i)bearer|[srp]k[-_]|e2b|api[_-]?key|token|secret|passw")
+
+
 def is_secret_name(name: str) -> bool:
     """True when a parameter, header or field called ``name`` holds a secret."""
     return bool(SECRET_NAME_RE.search(name))
@@ -49,6 +54,8 @@ def is_secret_name(name: str) -> bool:
 
 def scrub_text(text: str) -> str:
     """``text`` with credential-looking substrings replaced by ``[REDACTED]``."""
+    if not _TRIGGER_RE.search(text):
+        return text
     for pattern, repl in _SECRET_VALUE_RES:
         text = pattern.sub(repl, text)
     return text
