@@ -216,6 +216,8 @@ def curation_flow(curation: CurationParams | None = None, tracking: TrackingPara
     """Curate conversation datasets and record the run in MLflow."""
     curation, tracking, run = curation or CurationParams(), tracking or TrackingParams(), run or RunParams()
     if needs_ray_switch(run.ray_address):
+        # The Ray run is a subflow: key MLflow by this flow run (the one a retry reuses), not by it.
+        tracking = tracking.model_copy(update={"run_key": tracking.run_key or flow_run_id()})
         return curation_flow.with_options(task_runner=task_runner_for(run.ray_address, run.workers))(
             curation, tracking, run)
     ctx = start_tracking(tracking, tracking.run_key or flow_run_id(), "twinkle-curation",

@@ -32,6 +32,8 @@ def pipeline_flow(curation: CurationParams | None = None, rollout: RolloutParams
     curation, rollout = curation or CurationParams(), rollout or RolloutParams()
     tracking, run = tracking or TrackingParams(), run or RunParams()
     if needs_ray_switch(run.ray_address):
+        # The Ray run is a subflow: key MLflow by this flow run (the one a retry reuses), not by it.
+        tracking = tracking.model_copy(update={"run_key": tracking.run_key or flow_run_id()})
         return pipeline_flow.with_options(task_runner=task_runner_for(run.ray_address, run.workers))(
             curation, rollout, tracking, run)
     with sandbox_endpoint(rollout.sandbox) as endpoint:  # first: see sandbox_endpoint

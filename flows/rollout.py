@@ -531,6 +531,8 @@ def rollout_flow(rollout: RolloutParams | None = None, tracking: TrackingParams 
     """Roll out a policy in sandboxes, score the trajectories and trace them in MLflow."""
     rollout, tracking, run = rollout or RolloutParams(), tracking or TrackingParams(), run or RunParams()
     if needs_ray_switch(run.ray_address):
+        # The Ray run is a subflow: key MLflow by this flow run (the one a retry reuses), not by it.
+        tracking = tracking.model_copy(update={"run_key": tracking.run_key or flow_run_id()})
         return rollout_flow.with_options(task_runner=task_runner_for(run.ray_address, run.workers))(
             rollout, tracking, run)
     with sandbox_endpoint(rollout.sandbox) as endpoint:  # first: see sandbox_endpoint
