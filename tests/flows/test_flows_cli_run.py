@@ -26,3 +26,16 @@ def test_twinkle_run_rejects_a_model_without_an_endpoint():
 
     result = CliRunner().invoke(main, ["run", "--model", "m"])
     assert result.exit_code != 0 and "--base-url and --model go together" in result.output
+
+
+def test_twinkle_run_with_a_ray_address_but_no_prefect_server_says_what_to_start(monkeypatch):
+    from twinkle.cli import main
+
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    # No API URL even if another test of the session started the test harness's API.
+    with temporary_settings(restore_defaults={PREFECT_API_URL}):
+        result = CliRunner().invoke(main, ["run", "--ray-address", "ray://127.0.0.1:10001"])
+    assert result.exit_code == 2, result.output
+    assert "PREFECT_API_URL" in result.output and "start-server.sh" in result.output

@@ -79,6 +79,13 @@ def run(inputs, tasks, output, base_url, model, api_key_env, sandbox_url, tracki
         CurationParams, PolicyParams, RolloutParams, RunParams, SandboxParams, TrackingParams)
     from flows.pipeline import pipeline_flow
 
+    if ray_address:
+        from prefect.settings import PREFECT_API_URL
+
+        if not PREFECT_API_URL.value():  # else every Ray worker would start its own temporary API
+            raise click.UsageError(
+                "--ray-address needs a Prefect server that the Ray workers can reach: start one "
+                "(infra/prefect/start-server.sh) and export PREFECT_API_URL=http://<host>:4200/api")
     _quiet()
     cwd = Path.cwd().resolve()
     uri = tracking_uri or f"sqlite:///{cwd / 'mlflow.db'}"

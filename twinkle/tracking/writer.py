@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import pickle
 import queue
@@ -167,16 +168,13 @@ class TraceStream:
         while not done:
             batch = [self._queue.get()]
             deadline = time.monotonic() + self.max_wait_s
-            while len(batch) < self.batch_size:
+            while len(batch) < self.batch_size and batch[-1] is not None:  # close() flushes at once
                 try:
                     batch.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
                 except queue.Empty:
                     break
             if batch[-1] is None:
                 batch.pop()
-                done = True
-            elif None in batch:
-                batch.remove(None)
                 done = True
             if batch and self._error is None:
                 try:
@@ -199,8 +197,14 @@ class TraceStream:
 
 def main() -> None:
     """The helper's loop: read a request, write the traces, answer ``(ok, report | error)``."""
+    import os
+
     from twinkle.tracking.traces import warm_up, write_trace_batch
 
+    # Tracing is background work: at a lower priority the helper takes the CPU the rollout
+    # leaves idle instead of competing with it (the stream is only waited on at its close).
+    with contextlib.suppress(OSError):
+        os.nice(10)
     warm_up()
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing else may write to the answer pipe
