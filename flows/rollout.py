@@ -59,6 +59,7 @@ from flows.common import (
     write_work_rows,
 )
 from flows.params import RolloutParams, RunParams, SandboxParams, TrackingParams
+from flows.progress import StageProgress
 from flows.tracking import (
     finish_tracking,
     log_rollout,
@@ -288,6 +289,7 @@ def run_rollouts(source: str, start: int, end: int, shard: int, settings: dict[s
     stream = open_trace_stream(trace) if trace else None
     task_envs = _task_environments(endpoint)
     scoring_s = [0.0]
+    progress = StageProgress("rollout", total=len(prompts))  # one per task: a shard under Ray
 
     def done(i: int, traj: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
@@ -298,6 +300,7 @@ def run_rollouts(source: str, start: int, end: int, shard: int, settings: dict[s
         scoring_s[0] += time.perf_counter() - t0
         if stream is not None:
             stream.put(scored, scored["rewards"], trace_key(scored, start + i))
+        progress.advance()
         return scored
 
     try:
@@ -326,6 +329,7 @@ def run_rollouts(source: str, start: int, end: int, shard: int, settings: dict[s
                 with contextlib.suppress(Exception):  # one env failing to close must not leak the others
                     env.close()
         traces = stream.close() if stream is not None else {}
+        progress.close()
     rolled = time.perf_counter()
     path = work_path(out, "rollout", fp)
     write_work_rows(path, trajectories)

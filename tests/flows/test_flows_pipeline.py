@@ -60,6 +60,19 @@ def test_pipeline_replays_in_sandboxes_and_tracks_everything(prefect_api, tmp_pa
     assert files == {"data/examples.scored.jsonl"}
     scored = [json.loads(line) for line in open(summary["scored_path"])]
     assert all(t["rewards"]["fidelity"] == 1.0 for t in scored)
+    # The rollout's progress, as the Prefect UI shows it: a progress artifact of the flow run.
+    progress = _progress_artifacts(state)
+    assert [(a.data, a.description) for a in progress] == [(100.0, "rollout: 4/4 finished")]
+
+
+def _progress_artifacts(state) -> list:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterType
+
+    with get_client(sync_client=True) as client:
+        return client.read_artifacts(artifact_filter=ArtifactFilter(
+            flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id]),
+            type=ArtifactFilterType(any_=["progress"])))
 
 
 def test_rerun_with_the_same_key_resumes_cached_stages_without_duplicates(prefect_api, tmp_path,

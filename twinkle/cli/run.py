@@ -16,12 +16,15 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -100,7 +103,8 @@ def run(inputs, tasks, output, base_url, model, api_key_env, sandbox_url, tracki
     tracking = TrackingParams(tracking_uri=uri, trace_sample_rate=trace_sample_rate)
     runp = RunParams(output_dir=str(Path(output).resolve()), ray_address=ray_address, refresh_cache=fresh)
     try:
-        summary = pipeline_flow(curation=curation, rollout=rollout, tracking=tracking, run=runp)
+        with _progress_bar(enabled=not as_json):
+            summary = pipeline_flow(curation=curation, rollout=rollout, tracking=tracking, run=runp)
     except Exception as exc:
         raise click.ClickException(f"the pipeline failed: {type(exc).__name__}: {exc}") from exc
     summary["wall_s"] = round(time.perf_counter() - started, 2)
@@ -108,6 +112,32 @@ def run(inputs, tasks, output, base_url, model, api_key_env, sandbox_url, tracki
         click.echo(json.dumps(summary, default=str))
         return
     _report(summary, uri)
+
+
+@contextlib.contextmanager
+def _progress_bar(enabled: bool) -> Iterator[None]:
+    """A ``rich`` bar on stderr fed by the flow's stage progress (``flows.progress``)."""
+    if not enabled:
+        yield
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from flows.progress import StageProgress
+
+    bars: dict[str, Any] = {}
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=False) as progress:
+        def show(stage: str, done: int, total: int) -> None:
+            if stage not in bars:
+                bars[stage] = progress.add_task(f"  {stage}", total=total)
+            progress.update(bars[stage], completed=done, total=total)
+
+        StageProgress.listeners.append(show)
+        try:
+            yield
+        finally:
+            StageProgress.listeners.remove(show)
 
 
 def _report(s: dict, uri: str) -> None:
