@@ -1,4 +1,4 @@
-"""Every docstring example under ``twinkle/`` runs and gives what it shows.
+"""Every docstring example under ``twinkle/`` and ``flows/`` runs and gives what it shows.
 
 One pytest case per module, found with ``pkgutil.walk_packages`` so a new module is picked
 up without editing this file. The examples are the documentation's promise: a stale one
@@ -12,6 +12,7 @@ import pkgutil
 
 import pytest
 
+import flows
 import twinkle
 
 #: Modules whose doctests are not run, each with the reason. Keep this list short.
@@ -21,7 +22,7 @@ EXCLUDED = {
 }
 
 MODULES = sorted(
-    m.name for m in pkgutil.walk_packages(twinkle.__path__, "twinkle.")
+    m.name for pkg in (twinkle, flows) for m in pkgutil.walk_packages(pkg.__path__, f"{pkg.__name__}.")
     if m.name not in EXCLUDED
 )
 
