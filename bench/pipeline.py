@@ -16,6 +16,8 @@
 3. MLflow tracing cost on the rollout stage with a policy endpoint answering in 200 ms (the
    scriptable OpenAI server in its own process): the rollout flow with ``trace_sample_rate``
    1.0 against 0.0, same trajectories; plus cost per trace and per span. Target < 10%.
+4. Trace writing CPU per trace: ``TraceWriter`` (trace records of a batch in one transaction)
+   against MLflow's store API used plainly (one ``start_trace`` per trace), same trajectories.
 
 Prints one JSON object. ``--quick`` for a small run.
 """
@@ -170,6 +172,46 @@ def bench_overhead(tmp: Path, n_rows: int, n_traj: int, concurrency: int, repeat
             "ok": (flow["total_s"] - own) / own < 0.15}
 
 
+def bench_trace_write(tmp: Path, n_traj: int, batch: int = 32) -> dict:
+    """CPU cost of writing traces, ours (``TraceWriter``: records of a batch in one transaction,
+    ``twinkle.tracking.bulk``) against MLflow's store API used plainly (``start_trace`` per trace,
+    then the batch's spans in one ``log_spans``), same trajectories, fresh SQLite stores."""
+    from mlflow import MlflowClient
+
+    from twinkle.data_format import is_agent_row
+    from twinkle.synthetic import generate
+    from twinkle.tracking import MLflowTracker, TraceWriter, build_spans
+
+    rows = [r for r in generate(n_traj * 8, seed=5) if is_agent_row(r.get("messages"))][:n_traj]
+    rewards = [{"fidelity": 1.0, "total": 1.0}] * len(rows)
+    out = {}
+    for label in ("plain_store_api", "twinkle_bulk"):
+        uri = f"sqlite:///{tmp}/trace-write-{label}.db"
+        exp = MLflowTracker(uri, "trace-write", f"{tmp}/trace-write-{label}-mlruns").experiment_id
+        writer = TraceWriter(uri, exp, f"bench-{label}")
+        writer.write(rows[:2], rewards[:2], keys=["warm-0", "warm-1"], existing=set())  # imports, engine
+        store = MlflowClient(uri)._tracking_client.store
+        t0 = time.process_time()
+        for b in range(0, len(rows), batch):
+            part = rows[b:b + batch]
+            keys = [f"k{b + i}" for i in range(len(part))]
+            if label == "twinkle_bulk":
+                writer.write(part, rewards[b:b + batch], keys=keys, existing=set())
+                continue
+            pending = [writer._entities(writer.trace_id_for(k), k, t, build_spans(t), r)
+                       for k, t, r in zip(keys, part, rewards[b:b + batch])]
+            for info, _ in pending:
+                store.start_trace(info)
+            store.log_spans(exp, [s for _, spans in pending for s in spans])
+        out[label] = time.process_time() - t0
+    n = len(rows)
+    return {"traces": n, "batch": batch,
+            "plain_store_api_ms_per_trace": round(1000 * out["plain_store_api"] / n, 2),
+            "twinkle_ms_per_trace": round(1000 * out["twinkle_bulk"] / n, 2),
+            "speedup": round(out["plain_store_api"] / out["twinkle_bulk"], 2),
+            "twinkle_traces_per_cpu_s": round(n / out["twinkle_bulk"], 1)}
+
+
 def bench_tracing(tmp: Path, n_traj: int, concurrency: int) -> dict:
     """Rollout flow against a 200 ms endpoint, traced vs untraced."""
     import json as _json
@@ -228,6 +270,7 @@ def main() -> None:
             result["prefect_api_start_s"] = round(time.perf_counter() - t0, 2)
             result["overhead"] = bench_overhead(tmp, n_rows, n_traj, concurrency, repeats=1 if args.quick else 2)
             result["tracing"] = bench_tracing(tmp, n_trace, concurrency)
+        result["trace_write"] = bench_trace_write(tmp, 64 if args.quick else 512)
     print(json.dumps(result))
 
 
