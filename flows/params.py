@@ -19,9 +19,9 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 #: The repository root: bundled examples are found relative to it, whatever the cwd.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -98,6 +98,15 @@ class RolloutParams(_Params):
                                description="OpenEnv environments to play, by package name (e.g. number_guess); "
                                            "one environment instance per episode; they need a policy model.")
     openenv_episodes: int = Field(4, ge=1, le=100000, description="Episodes per OpenEnv environment.")
+    openenv_seed: int = Field(0, ge=0, description="Reset seed of each environment's first episode: episode k "
+                                                   "is reset with openenv_seed + k, so a rerun replays the "
+                                                   "same episodes and another seed draws new ones.")
+    openenv_env_kwargs: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Constructor arguments per OpenEnv environment named in openenv, e.g. "
+                    '{"number_guess": {"low": 1, "high": 1000, "max_attempts": 10}}. In-process only: '
+                    "an OpenEnv server builds its own environments, so episodes given arguments "
+                    "there fail with the reason.")
     openenv_base_url: str | None = Field(None, description="OpenEnv server (http://host:port), one WebSocket "
                                                            "session per episode. Empty: run the environments "
                                                            "in-process.")
@@ -111,6 +120,15 @@ class RolloutParams(_Params):
                                                                            "one event loop).")
     policy: PolicyParams = Field(default_factory=PolicyParams)
     sandbox: SandboxParams = Field(default_factory=SandboxParams)
+
+    @model_validator(mode="after")
+    def _env_kwargs_name_played_envs(self) -> RolloutParams:
+        # Arguments for an environment that is not played would be silently unused: a typo.
+        unknown = sorted(set(self.openenv_env_kwargs) - set(self.openenv))
+        if unknown:
+            raise ValueError(f"openenv_env_kwargs names environments not in openenv: {', '.join(unknown)} "
+                             f"(openenv: {', '.join(self.openenv) or 'none'})")
+        return self
 
 
 class TrackingParams(_Params):

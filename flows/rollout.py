@@ -75,26 +75,29 @@ OPENENV_SYSTEM = ("You are an agent playing an interactive environment through i
                   "at a time, read each observation, and stop calling tools once the episode is over.")
 
 
-def openenv_rows(names: list[str], episodes: int) -> list[dict[str, Any]]:
-    """Prompt rows of OpenEnv episodes: ``user_data`` names the env and the episode's reset seed
-    (so a rerun replays the same episodes); the env's first observation and its tool schemas
-    are added when the env is provisioned (``provision_openenvs``)."""
+def openenv_rows(names: list[str], episodes: int, seed: int = 0) -> list[dict[str, Any]]:
+    """Prompt rows of OpenEnv episodes: ``user_data`` names the env and the episode's reset seed,
+    ``seed + k`` for episode k (so a rerun replays the same episodes, another ``seed`` draws new
+    ones), and so does the row id; the env's first observation and its tool schemas are added
+    when the env is provisioned (``provision_openenvs``)."""
     from twinkle.data_format import pack_value
 
-    return [{"id": f"openenv-{name}-{k}",
+    return [{"id": f"openenv-{name}-{seed + k}",
              "messages": [{"role": "system", "content": OPENENV_SYSTEM},
                           {"role": "user", "content": f"Play the '{name}' environment until the episode ends, "
                                                       "using its tools."}],
-             "user_data": [["openenv", pack_value(name)], ["seed", pack_value(k)]]}
+             "user_data": [["openenv", pack_value(name)], ["seed", pack_value(seed + k)]]}
             for name in names for k in range(episodes)]
 
 
 @task(name="prepare-rollout", task_run_name="prepare-rollout", cache_key_fn=stage_key)
 def prepare_rollout(paths: list[str], limit: int | None, envs: list[str], tasks_limit: int | None,
-                    fp: str, out: str, openenv: list[str] | None = None, episodes: int = 0) -> dict[str, Any]:
+                    fp: str, out: str, openenv: list[str] | None = None, episodes: int = 0,
+                    seed: int = 0) -> dict[str, Any]:
     """The rollout's input file: recorded agent conversations (rows with tool calls, at most
     ``limit``), then task rows of registered environments (``rollout_bridge.trajectories_for``),
-    then ``episodes`` prompt rows per OpenEnv environment in ``openenv``."""
+    then ``episodes`` prompt rows per OpenEnv environment in ``openenv``, reset with seeds
+    ``seed``, ``seed + 1``, ..."""
     from twinkle.data_format import is_agent_row
 
     rows = read_rows_cached(paths) if paths else []
@@ -108,7 +111,7 @@ def prepare_rollout(paths: list[str], limit: int | None, envs: list[str], tasks_
         for env in envs:
             items = trajectories_for(env)
             tasks.extend(items[:tasks_limit] if tasks_limit else items)
-    tasks.extend(openenv_rows(list(openenv or []), episodes))
+    tasks.extend(openenv_rows(list(openenv or []), episodes, seed))
     path = work_path(out, "rollout-input", fp)
     n = write_work_rows(path, agent + tasks)
     return {"path": path, "fingerprint": fp, "rows": n, "conversations": len(agent),
@@ -139,12 +142,18 @@ def provision_sandboxes(n: int, endpoint: dict[str, Any] | None, sandbox: Sandbo
 
 
 @task(name="provision-openenvs", task_run_name="provision-openenvs", cache_policy=NO_CACHE, persist_result=False)
-def provision_openenvs(prompts: list[dict[str, Any]], base_url: str | None,
-                       workers: int) -> list[tuple[Any, str | None, dict[str, Any]]]:
-    """One fresh OpenEnv environment per episode prompt (``OpenEnv`` in-process, or an
-    ``OpenEnvClient`` session on ``base_url``), created and reset concurrently with the
-    episode's seed; (env, error, prompt) triples, the prompt completed with the env's first
-    observation and its real tool schemas (``env.tools()``)."""
+def provision_openenvs(prompts: list[dict[str, Any]], base_url: str | None, workers: int,
+                       env_kwargs: dict[str, dict[str, Any]] | None = None,
+                       ) -> list[tuple[Any, str | None, dict[str, Any]]]:
+    """One fresh OpenEnv environment per episode prompt (``OpenEnv(env_name, env_kwargs=...)``
+    in-process, or an ``OpenEnvClient`` session on ``base_url``), created and reset
+    concurrently with the episode's seed; (env, error, prompt) triples, the prompt completed
+    with the env's first observation and its real tool schemas (``env.tools()``).
+
+    ``env_kwargs`` (constructor arguments by env name) only apply in-process: an OpenEnv
+    server builds each session's environment with its own settings (openenv 0.10's session
+    protocol carries no constructor arguments), so an episode given arguments against a
+    server fails with that reason rather than silently playing other settings."""
     from twinkle.data_format import user_data_get
     from twinkle.envs.openenv import OpenEnv, OpenEnvClient
 
@@ -153,7 +162,14 @@ def provision_openenvs(prompts: list[dict[str, Any]], base_url: str | None,
         env = None
         try:
             name = user_data_get(ud, "openenv")
-            env = OpenEnvClient(name, base_url=base_url) if base_url else OpenEnv(env_name=name)
+            kwargs = (env_kwargs or {}).get(name)
+            if base_url and kwargs:
+                return None, (f"openenv_env_kwargs for '{name}' ({', '.join(sorted(kwargs))}) cannot be "
+                              f"applied on the OpenEnv server {base_url}: the server builds its own "
+                              "environments; configure them where it is started, or play in-process "
+                              "(no openenv_base_url)"), prompt
+            env = (OpenEnvClient(name, base_url=base_url) if base_url
+                   else OpenEnv(env_name=name, env_kwargs=kwargs))
             first = env.reset(seed=user_data_get(ud, "seed"))
             tools = env.tools()
         except Exception as exc:  # this episode fails with the reason; the others go on
@@ -282,7 +298,8 @@ def run_rollouts(source: str, start: int, end: int, shard: int, settings: dict[s
     for i, pair in zip(boxed, provision_sandboxes(len(boxed), endpoint, sandbox, settings["concurrency"])):
         envs[i] = pair
     for i, (env, error, prompt) in zip(games, provision_openenvs(
-            [prompts[i] for i in games], settings.get("openenv_base_url"), settings["concurrency"])):
+            [prompts[i] for i in games], settings.get("openenv_base_url"), settings["concurrency"],
+            settings.get("openenv_env_kwargs"))):
         envs[i], prompts[i] = (env, error), prompt
     toolsets: dict[int, list[Any]] = {}
     provisioned = time.perf_counter()
@@ -446,19 +463,23 @@ def run_rollout(params: RolloutParams, run: RunParams, endpoint: Any,
         skipped["openenv"] = (f"OpenEnv episodes ({', '.join(params.openenv)}) need a policy model (give "
                               "base_url and model); the replay policy has no recordings of them")
     source = conversations_fp or files_fingerprint(paths)  # the curation stage's fingerprint, when given
+    played = [games, params.openenv_episodes, params.openenv_seed] if games else []
     pfp = fingerprint("rollout-input", source, params.limit, envs, params.tasks_limit,
-                      *([games, params.openenv_episodes] if games else []))  # unchanged keys without OpenEnv
+                      *played)  # unchanged keys without OpenEnv
     prepared = stage_task(prepare_rollout, out, refresh, work_path(o, "rollout-input", pfp))(
-        paths, params.limit, envs, params.tasks_limit, pfp, o, games, params.openenv_episodes)
+        paths, params.limit, envs, params.tasks_limit, pfp, o, games, params.openenv_episodes,
+        params.openenv_seed)
     if prepared["not_agent"]:
         skipped["conversations"] = f"{prepared['not_agent']} rows without tool calls are not re-run"
     if prepared["over_limit"]:
         skipped["limit"] = f"{prepared['over_limit']} conversations over limit={params.limit} not re-run"
     settings = {**params.model_dump(exclude={"conversations", "tasks", "tasks_limit", "dataset", "limit",
-                                             "openenv", "openenv_episodes", "openenv_base_url"}),
+                                             "openenv", "openenv_episodes", "openenv_base_url",
+                                             "openenv_seed", "openenv_env_kwargs"}),
                 "replay": replay}
     if games:  # only then: the rollout's cache keys stay what they were without OpenEnv
         settings["openenv_base_url"] = params.openenv_base_url
+        settings["openenv_env_kwargs"] = params.openenv_env_kwargs
     ranges = spans(prepared["rows"], params.shard_size if run.ray_address else None)
     stage = start_stage(ctx, "rollout") if ctx is not None else None
     trace = None
@@ -488,7 +509,8 @@ def run_rollout(params: RolloutParams, run: RunParams, endpoint: Any,
         "skipped": skipped, "policy": "replay" if replay else f"openai:{params.policy.model}",
         "settings": {**settings, "tasks": params.tasks, "tasks_limit": params.tasks_limit,
                      "openenv": params.openenv, "openenv_episodes": params.openenv_episodes,
-                     "openenv_base_url": params.openenv_base_url},
+                     "openenv_base_url": params.openenv_base_url, "openenv_seed": params.openenv_seed,
+                     "openenv_env_kwargs": params.openenv_env_kwargs},
         "provision_s": sum(r["provision_s"] for r in rolled), "rollout_s": sum(r["rollout_s"] for r in rolled),
         "scoring_s": sum(r["scoring_s"] for r in rolled), "seconds": time.perf_counter() - started,
         "stage_run_id": stage, "traces": traces,

@@ -7,6 +7,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.flows.tests_flows_helpers import flow_state, mlflow_client
 
 
@@ -99,34 +101,136 @@ asyncio.run(main())
 """
 
 
-def test_rollout_flow_plays_episodes_on_an_openenv_server(prefect_api, tmp_path, tracking_params):
-    """Server mode: one OpenEnvClient session per episode on a real OpenEnv server (a child
-    process, so its uvicorn does not touch the flow's logging)."""
+@pytest.fixture(scope="module")
+def openenv_server():
+    """A real OpenEnv number_guess server (high=50) in a child process, so its uvicorn does not
+    touch the flow's logging; yields its base URL."""
     import select
     import subprocess
     import sys
-
-    from flows.params import PolicyParams, RolloutParams, RunParams
-    from flows.rollout import rollout_flow
-    from twinkle.testing.openai_server import OpenAIServer
 
     proc = subprocess.Popen([sys.executable, "-c", _OPENENV_SERVER], stdout=subprocess.PIPE, text=True)
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 60)
         assert ready, "the OpenEnv server did not start"
-        base_url = f"http://127.0.0.1:{int(proc.stdout.readline())}"
-        with OpenAIServer(binary_search) as server:
-            rollout = RolloutParams(conversations=[], tasks=[], openenv=["number_guess"], openenv_episodes=2,
-                                    openenv_base_url=base_url,
-                                    policy=PolicyParams(base_url=server.base_url, model="test-model"))
-            state = rollout_flow(rollout, tracking_params, RunParams(output_dir=str(tmp_path / "out")),
-                                 return_state=True)
+        yield f"http://127.0.0.1:{int(proc.stdout.readline())}"
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+
+
+def test_rollout_flow_plays_episodes_on_an_openenv_server(prefect_api, tmp_path, tracking_params, openenv_server):
+    """Server mode: one OpenEnvClient session per episode on a real OpenEnv server."""
+    from flows.params import PolicyParams, RolloutParams, RunParams
+    from flows.rollout import rollout_flow
+    from twinkle.testing.openai_server import OpenAIServer
+
+    with OpenAIServer(binary_search) as server:
+        rollout = RolloutParams(conversations=[], tasks=[], openenv=["number_guess"], openenv_episodes=2,
+                                openenv_base_url=openenv_server,
+                                policy=PolicyParams(base_url=server.base_url, model="test-model"))
+        state = rollout_flow(rollout, tracking_params, RunParams(output_dir=str(tmp_path / "out")),
+                             return_state=True)
     assert flow_state(state) == "COMPLETED"
     summary = state.result()
     assert summary["trajectories"] == 2 and summary["failed"] == 0 and summary["reward_mean"] == 1.0
     scored = [json.loads(line) for line in Path(summary["scored_path"]).read_text().splitlines()]
     assert all("between 1 and 50" in t["messages"][1]["content"] for t in scored)  # the server's settings
     assert all(t["rewards"] == {"episode_reward": 1.0, "total": 1.0} for t in scored)
+
+
+def _scored(summary: dict) -> dict[str, dict]:
+    return {t["id"]: t for t in map(json.loads, Path(summary["scored_path"]).read_text().splitlines())}
+
+
+def test_openenv_seed_and_constructor_kwargs_reach_the_embedded_episodes(prefect_api, tmp_path, tracking_params):
+    """Two runs into the same output directory with different ``openenv_seed``: each plays the
+    episodes reset with its seeds (not the first run's cached trajectories), on environments
+    built with ``openenv_env_kwargs`` (a 1..1000 range, 10 attempts)."""
+    from flows.params import PolicyParams, RolloutParams, RunParams
+    from flows.rollout import rollout_flow
+    from twinkle.data_format import user_data_get
+    from twinkle.envs.openenv_envs.number_guess.server import NumberGuessEnvironment
+    from twinkle.testing.openai_server import OpenAIServer
+
+    def secret(seed: int) -> int:  # what the bundled env hides for this seed and range
+        env = NumberGuessEnvironment(low=1, high=1000, max_attempts=10)
+        env.reset(seed=seed)
+        return env.state.target
+
+    run = RunParams(output_dir=str(tmp_path / "out"))
+    kwargs = {"number_guess": {"low": 1, "high": 1000, "max_attempts": 10}}
+    played = {}
+    with OpenAIServer(binary_search) as server:
+        for seed in (0, 5):
+            rollout = RolloutParams(conversations=[], tasks=[], openenv=["number_guess"], openenv_episodes=2,
+                                    openenv_seed=seed, openenv_env_kwargs=kwargs, max_turns=16,
+                                    policy=PolicyParams(base_url=server.base_url, model="test-model"))
+            state = rollout_flow(rollout, tracking_params, run, return_state=True)
+            assert flow_state(state) == "COMPLETED"
+            played[seed] = _scored(state.result())
+    for seed, ids in ((0, [0, 1]), (5, [5, 6])):
+        scored = played[seed]
+        assert sorted(scored) == [f"openenv-number_guess-{k}" for k in ids]
+        for k in ids:
+            game = scored[f"openenv-number_guess-{k}"]
+            assert user_data_get(game["user_data"], "seed") == k
+            # The constructor arguments: the range and attempts of the first observation.
+            assert "Guess a number between 1 and 1000. You have 10 attempts." in game["messages"][1]["content"]
+            # The reset seed: the secret number the env hides for it.
+            assert game["messages"][-2]["content"] == f"Correct! The number was {secret(k)}."
+            assert game["rewards"] == {"episode_reward": 1.0, "total": 1.0}
+    assert {secret(k) for k in (0, 1)} != {secret(k) for k in (5, 6)}  # the seeds tell the runs apart
+
+
+def test_constructor_kwargs_the_env_does_not_take_fail_the_episode_with_the_reason():
+    from flows.rollout import openenv_rows, provision_openenvs
+
+    [(env, error, _)] = provision_openenvs.fn(openenv_rows(["number_guess"], 1, seed=3), None, 1,
+                                              {"number_guess": {"colour": "red"}})
+    assert env is None and error.startswith("TypeError") and "colour" in error
+
+
+def test_constructor_kwargs_against_an_openenv_server_fail_those_episodes_with_the_reason(
+        prefect_api, tmp_path, tracking_params, openenv_server):
+    """The server builds its own environments (openenv's session protocol has no constructor
+    arguments): the episodes given arguments fail with the reason, the others play, the flow
+    completes."""
+    from flows.params import PolicyParams, RolloutParams, RunParams
+    from flows.rollout import rollout_flow
+    from twinkle.testing.openai_server import OpenAIServer
+
+    with OpenAIServer(binary_search) as server:
+        rollout = RolloutParams(conversations=[], tasks=[], openenv=["number_guess"], openenv_episodes=2,
+                                openenv_seed=3, openenv_base_url=openenv_server,
+                                openenv_env_kwargs={"number_guess": {"high": 1000}},
+                                policy=PolicyParams(base_url=server.base_url, model="test-model"))
+        state = rollout_flow(rollout, tracking_params, RunParams(output_dir=str(tmp_path / "out")),
+                             return_state=True)
+        assert not server.requests  # no episode was played with settings other than those asked for
+    assert flow_state(state) == "COMPLETED"
+    summary = state.result()
+    assert summary["trajectories"] == 2 and summary["failed"] == 2
+    scored = _scored(summary)
+    assert sorted(scored) == ["openenv-number_guess-3", "openenv-number_guess-4"]
+    for game in scored.values():
+        assert game["stop_reason"] == "error" and game["reward_outcome"] == "error"
+        assert game["error"].startswith("OpenEnvError: openenv_env_kwargs for 'number_guess' (high) cannot be "
+                                        f"applied on the OpenEnv server {openenv_server}")
+
+
+def test_rollout_params_reject_constructor_kwargs_for_an_env_not_played():
+    from pydantic import ValidationError
+
+    from flows.params import RolloutParams
+
+    ok = RolloutParams(openenv=["number_guess"], openenv_env_kwargs={"number_guess": {"high": 10}})
+    assert ok.openenv_env_kwargs == {"number_guess": {"high": 10}} and ok.openenv_seed == 0
+    with pytest.raises(ValidationError, match="openenv_env_kwargs names environments not in openenv: "
+                                              r"numbr_guess \(openenv: number_guess\)"):
+        RolloutParams(openenv=["number_guess"], openenv_env_kwargs={"numbr_guess": {"high": 10}})
+    with pytest.raises(ValidationError, match="not in openenv: number_guess \\(openenv: none\\)"):
+        RolloutParams(openenv_env_kwargs={"number_guess": {}})
+    with pytest.raises(ValidationError) as exc:
+        RolloutParams(openenv=["number_guess"], openenv_seed=-1)
+    assert exc.value.errors()[0]["loc"] == ("openenv_seed",)
