@@ -48,6 +48,7 @@ class StageProgress:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._artifact_id = self._create_artifact() if artifact else None
+        self._push(artifact=False)  # the bar appears when the stage starts (the artifact says 0 already)
         self._thread = threading.Thread(target=self._loop, name=f"twinkle-progress-{stage}", daemon=True)
         self._thread.start()
 
@@ -72,12 +73,12 @@ class StageProgress:
         try:
             from prefect.artifacts import create_progress_artifact
 
-            return create_progress_artifact(progress=0.0, description=self._description(0))
+            return create_progress_artifact(progress=self._percent(0), description=self._description(0))
         except Exception as exc:  # no run context or no API: progress is a convenience
             logger.debug("no progress artifact for %s: %s", self.stage, exc)
             return None
 
-    def _push(self) -> None:
+    def _push(self, artifact: bool = True) -> None:
         with self._lock:
             done = self.done
         if done == self._pushed:
@@ -88,7 +89,7 @@ class StageProgress:
                 listener(self.stage, done, self.total)
             except Exception as exc:  # a broken bar must not stop the stage
                 logger.debug("progress listener failed: %s", exc)
-        if self._artifact_id is not None:
+        if artifact and self._artifact_id is not None:
             try:
                 from prefect.artifacts import update_progress_artifact
 

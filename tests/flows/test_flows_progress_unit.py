@@ -20,6 +20,7 @@ def test_listeners_see_every_count_up_to_the_total_and_a_broken_listener_is_igno
     finally:
         StageProgress.listeners.clear()
     counts = [done for _, done, _ in seen]
+    assert seen[0] == ("rollout", 0, 5)  # shown as the stage starts, before anything finished
     assert seen[-1] == ("rollout", 5, 5) and counts == sorted(counts) and len(set(counts)) == len(counts)
 
 

@@ -37,6 +37,9 @@ def _environment() -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("MLFLOW_ENABLE_TELEMETRY", "false")
+    # MLflow sets its loggers' level from this when imported (a level set earlier is undone):
+    # without it, "Creating initial MLflow database tables..." lands in the middle of the bar.
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_LOGGING_LOG_PRINTS", "true")
     # Keep the temporary API from rejecting a slow first start on a busy 2-core machine.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
