@@ -130,3 +130,22 @@ def test_unserialisable_values_are_written_as_text(tmp_path):
     path = tmp_path / "o.jsonl"
     write_rows(path, [{"id": 1, "b": b"x", "when": datetime.date(2024, 1, 2)}])
     assert json.loads(path.read_text()) == {"id": 1, "b": "b'x'", "when": "2024-01-02"}
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_values_orjson_refuses_still_round_trip(tmp_path, suffix):
+    """orjson writes most rows; lone surrogates (broken scraped text) and integers over 64 bits
+    go through the standard library instead, non-string keys become strings as json does."""
+    rows = [{"id": "s", "text": "broken \ud800 half"}, {"id": "big", "n": 2**70}, {"id": "k", "m": {1: "one"}}]
+    path = tmp_path / f"odd{suffix}"
+    assert write_rows(path, rows) == 3
+    assert read_rows_list(path) == [rows[0], rows[1], {"id": "k", "m": {"1": "one"}}]
+
+
+def test_nan_literals_in_input_are_read_and_nan_is_written_as_null(tmp_path):
+    path = tmp_path / "nan.jsonl"
+    path.write_text('{"id": "x", "score": NaN}\n')
+    back = read_rows_list(path)
+    assert back[0]["score"] != back[0]["score"]  # NaN, as the standard library reads it
+    write_rows(path, back)
+    assert read_rows_list(path) == [{"id": "x", "score": None}]
