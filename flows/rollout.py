@@ -297,10 +297,11 @@ def run_rollouts(source: str, start: int, end: int, shard: int, settings: dict[s
     envs: list[tuple[Any, str | None]] = [(None, None)] * len(prompts)
     for i, pair in zip(boxed, provision_sandboxes(len(boxed), endpoint, sandbox, settings["concurrency"])):
         envs[i] = pair
-    for i, (env, error, prompt) in zip(games, provision_openenvs(
-            [prompts[i] for i in games], settings.get("openenv_base_url"), settings["concurrency"],
-            settings.get("openenv_env_kwargs"))):
-        envs[i], prompts[i] = (env, error), prompt
+    if games:  # no task run (and no Prefect API calls) for a rollout without OpenEnv episodes
+        for i, (env, error, prompt) in zip(games, provision_openenvs(
+                [prompts[i] for i in games], settings.get("openenv_base_url"), settings["concurrency"],
+                settings.get("openenv_env_kwargs"))):
+            envs[i], prompts[i] = (env, error), prompt
     toolsets: dict[int, list[Any]] = {}
     provisioned = time.perf_counter()
     stream = open_trace_stream(trace) if trace else None
