@@ -248,11 +248,10 @@ def bench_tracing(tmp: Path, n_traj: int, concurrency: int) -> dict:
     """Rollout flow against a 200 ms endpoint, traced vs untraced."""
     import json as _json
 
-    from twinkle.synthetic import generate
-    from twinkle.testing.openai_server import OpenAIServer
-
     from flows.params import PolicyParams, RolloutParams, RunParams, TrackingParams
     from flows.rollout import rollout_flow
+    from twinkle.synthetic import generate
+    from twinkle.testing.openai_server import OpenAIServer
 
     rows = [r for r in generate(n_traj * 2, seed=11) if any(m.get("role") == "tool" for m in r["messages"])][:n_traj]
     conv = tmp / "tracing-conv.jsonl"

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import json
 import os
-
-import orjson
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 __all__ = [
     "SUFFIXES",

@@ -27,7 +27,11 @@ def test_listeners_see_every_count_up_to_the_total_and_a_broken_listener_is_igno
 def test_progress_artifact_in_a_flow_run_reaches_100_percent(prefect_api):
     from prefect import flow
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterType
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        ArtifactFilterType,
+    )
 
     @flow
     def counting() -> None:

@@ -8,7 +8,6 @@ from pathlib import Path
 from twinkle.tracking import MLflowTracker, TraceWriter, build_spans
 from twinkle.tracking.bulk import start_traces
 
-
 _NOW = time.time_ns()
 
 

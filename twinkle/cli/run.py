@@ -82,7 +82,13 @@ def run(inputs, tasks, output, base_url, model, api_key_env, sandbox_url, tracki
     say("twinkle run: starting Prefect's temporary API and the pipeline flow ...")
 
     from flows.params import (  # Prefect and pydantic load here, not at `twinkle --help`
-        CurationParams, PolicyParams, RolloutParams, RunParams, SandboxParams, TrackingParams)
+        CurationParams,
+        PolicyParams,
+        RolloutParams,
+        RunParams,
+        SandboxParams,
+        TrackingParams,
+    )
     from flows.pipeline import pipeline_flow
 
     if ray_address:
