@@ -37,6 +37,20 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _create_flow_run(api: str, deployment_id: str, params: dict) -> dict:
+    """POST create_flow_run as a client of a busy server should: 5xx (SQLite locked while the
+    worker and the deploy write) is retried for a while; anything else fails with the body."""
+    deadline = time.time() + 60
+    while True:
+        response = httpx.post(f"{api}/deployments/{deployment_id}/create_flow_run",
+                              json={"parameters": params}, timeout=30)
+        if response.status_code < 500 or time.time() > deadline:
+            break
+        time.sleep(1)
+    assert response.status_code in (200, 201), f"create_flow_run: {response.status_code} {response.text[:2000]}"
+    return response.json()
+
+
 def test_deploy_prefect_yaml_and_run_a_deployment_on_a_worker(tmp_path, conversations_file):
     port = _free_port()
     run_dir = tmp_path / "run"
@@ -64,12 +78,15 @@ def test_deploy_prefect_yaml_and_run_a_deployment_on_a_worker(tmp_path, conversa
                          "artifact_location": str(tmp_path / "mlruns")},
             "run": {"output_dir": str(tmp_path / "out")},
         }
-        created = httpx.post(f"{api}/deployments/{nightly['id']}/create_flow_run",
-                             json={"parameters": params}).json()
+        created = _create_flow_run(api, nightly["id"], params)
         state = None
         deadline = time.time() + 240
         while time.time() < deadline:
-            state = httpx.get(f"{api}/flow_runs/{created['id']}").json()["state"]["type"]
+            polled = httpx.get(f"{api}/flow_runs/{created['id']}", timeout=30)
+            if polled.status_code != 200:  # a busy server's 5xx: ask again
+                time.sleep(1)
+                continue
+            state = polled.json()["state"]["type"]
             if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
                 break
             time.sleep(1)
