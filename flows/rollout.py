@@ -247,13 +247,7 @@ def _each_done(rollout: Any, prompts: list[dict[str, Any]], managers: list[Any],
     at most ``rollout.concurrency`` in flight), so scoring and tracing overlap the rest."""
     import asyncio
 
-    from twinkle.rollout.base import run_sync
-
     async def main() -> list[Any]:
-        # As APIMultiTurnRollout.__call__ does: a synchronous API runs in the loop's default
-        # executor, sized so ``concurrency`` calls can be in flight.
-        asyncio.get_running_loop().set_default_executor(
-            ThreadPoolExecutor(max_workers=rollout.concurrency, thread_name_prefix="twinkle-api"))
         gate = asyncio.Semaphore(rollout.concurrency)
 
         async def one(i: int) -> Any:
@@ -261,14 +255,9 @@ def _each_done(rollout: Any, prompts: list[dict[str, Any]], managers: list[Any],
                 out = (await rollout.acall([prompts[i]], tool_manager=[managers[i]]))[0]
             return await asyncio.to_thread(done, i, out)
 
-        try:
-            return await asyncio.gather(*(one(i) for i in range(len(prompts))))
-        finally:
-            aclose = getattr(rollout.api, "aclose", None)
-            if aclose is not None:
-                await aclose()
+        return await asyncio.gather(*(one(i) for i in range(len(prompts))))
 
-    return run_sync(main())
+    return rollout.run_in_own_loop(main)
 
 
 @task(name="run-rollouts", task_run_name="run-rollouts-{shard}", cache_key_fn=stage_key,

@@ -1,10 +1,10 @@
 """JudgeReward against a real OpenAI-compatible server on 127.0.0.1 (official openai SDK)."""
 
 import asyncio
-import socket
 
 import pytest
 
+from tests.net import free_port
 from twinkle.core import Action, Observation, RewardFunction, RewardType, State, StateMetadata
 from twinkle.core.backend import APIBackend, ChatMessage, GenerationResult
 from twinkle.core.judge import (
@@ -40,11 +40,6 @@ def _transition(prompt="What is 2+2?", hidden=None, text="4"):
     )
     return s, Action.from_text(text), s.with_metadata(step=1, is_terminal=True)
 
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize(
@@ -155,7 +150,7 @@ def test_reply_without_score_gives_default_with_reason():
 
 
 def test_endpoint_down_gives_default_with_reason():
-    api = OpenAI("m", api_key="x", base_url=f"http://127.0.0.1:{_free_port()}/v1", max_retries=0)
+    api = OpenAI("m", api_key="x", base_url=f"http://127.0.0.1:{free_port()}/v1", max_retries=0)
     j = JudgeReward(
         APIBackend(api, max_attempts=2, backoff_s=0.001), "correctness", default_score=-1.0
     )

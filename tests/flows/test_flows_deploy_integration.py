@@ -5,21 +5,16 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import httpx
 
+from tests.net import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 INFRA = REPO / "infra" / "prefect"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _sh(script: str, env: dict[str, str], timeout: float = 120) -> str:
@@ -52,7 +47,7 @@ def _create_flow_run(api: str, deployment_id: str, params: dict) -> dict:
 
 
 def test_deploy_prefect_yaml_and_run_a_deployment_on_a_worker(tmp_path, conversations_file):
-    port = _free_port()
+    port = free_port()
     run_dir = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(PREFECT_HOME=str(tmp_path / "prefect-home"), PREFECT_PORT=str(port), TWINKLE_RUN_DIR=str(run_dir),

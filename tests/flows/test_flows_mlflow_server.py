@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ import httpx
 import pytest
 
 from tests.flows.tests_flows_helpers import flow_state
+from tests.net import free_port
 
 pytestmark = pytest.mark.timeout(300)
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,9 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def mlflow_server(tmp_path_factory):
     """``http://127.0.0.1:<port>`` of the lean MLflow server the infra script starts."""
     data = tmp_path_factory.mktemp("mlflow-server")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "MLFLOW_DATA": str(data), "MLFLOW_PORT": str(port)}  # the script finds .venv/bin/mlflow
     log = open(data / "server.log", "w")
     proc = subprocess.Popen(["bash", str(ROOT / "infra" / "mlflow" / "start-server.sh")], env=env,

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.flows.tests_flows_helpers import flow_state, mlflow_client, task_states
+from tests.net import free_port
 
 
 def _params(tmp_path, conversations_file, **rollout):
@@ -67,7 +68,11 @@ def test_pipeline_replays_in_sandboxes_and_tracks_everything(prefect_api, tmp_pa
 
 def _progress_artifacts(state) -> list:
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterType
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        ArtifactFilterType,
+    )
 
     with get_client(sync_client=True) as client:
         return client.read_artifacts(artifact_filter=ArtifactFilter(
@@ -105,11 +110,10 @@ def test_rerun_with_the_same_key_resumes_cached_stages_without_duplicates(prefec
 
 def test_task_environments_with_a_live_policy_get_rewards_and_token_usage(prefect_api, tmp_path,
                                                                           tracking_params):
-    from twinkle.integrations.rollout_bridge import trajectories_for
-    from twinkle.testing.openai_server import OpenAIServer
-
     from flows.params import PolicyParams, RolloutParams, RunParams
     from flows.rollout import rollout_flow
+    from twinkle.integrations.rollout_bridge import trajectories_for
+    from twinkle.testing.openai_server import OpenAIServer
 
     tasks = trajectories_for("math", [0, 1, 2])
     answers = {t["messages"][-1]["content"]: json.loads(dict(t["user_data"])["ground_truth"]) for t in tasks}
@@ -137,14 +141,10 @@ def test_task_environments_with_a_live_policy_get_rewards_and_token_usage(prefec
 
 def test_failing_endpoint_and_sandbox_mark_trajectories_failed_and_the_flow_completes(
         prefect_api, tmp_path, conversations_file, tracking_params):
-    import socket
-
     from flows.params import PolicyParams, RolloutParams, RunParams, SandboxParams
     from flows.rollout import rollout_flow
 
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    dead = f"http://127.0.0.1:{free_port()}"  # a port nobody listens on
     run = RunParams(output_dir=str(tmp_path / "out"))
     no_model = RolloutParams(conversations=[conversations_file], tasks=["math"], tasks_limit=2,
                              policy=PolicyParams(base_url=dead + "/v1", model="m", request_timeout_s=5))
@@ -177,10 +177,9 @@ pipeline_flow(CurationParams(inputs=[sys.argv[1]], pii="off"),
 
 def test_a_flow_killed_halfway_resumes_from_finished_stages(prefect_api, tmp_path, conversations_file,
                                                             tracking_params):
-    from twinkle.testing.openai_server import OpenAIServer, echo
-
-    from flows.params import PolicyParams, RolloutParams, RunParams
+    from flows.params import RolloutParams, RunParams
     from flows.pipeline import pipeline_flow
+    from twinkle.testing.openai_server import OpenAIServer, echo
 
     out = tmp_path / "out"
     curated = out / "curated" / "examples.jsonl"

@@ -27,19 +27,12 @@ from types import SimpleNamespace
 import pytest
 
 from tests.flows.tests_flows_helpers import flow_state, mlflow_client, task_states
+from tests.net import free_port
 
 pytestmark = pytest.mark.timeout(420)
 
 ROOT = Path(__file__).resolve().parents[2]
 RAY = [sys.executable, "-m", "ray.scripts.scripts"]
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +53,7 @@ def ray_head(prefect_api):
         proc = subprocess.Popen(
             [*RAY, "start", "--head", "--block", "--port=0", "--num-cpus=2", "--include-dashboard=false",
              "--object-store-memory=200000000", f"--temp-dir={temp}", "--disable-usage-stats",
-             f"--dashboard-port={_free_port()}", f"--ray-client-server-port={_free_port()}"],
+             f"--dashboard-port={free_port()}", f"--ray-client-server-port={free_port()}"],
             env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         address_file = Path(temp) / "ray_current_cluster"  # written once the head is up

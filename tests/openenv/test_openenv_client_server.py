@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -12,6 +11,7 @@ import httpx
 import pytest
 import uvicorn
 
+from tests.net import free_port
 from twinkle.envs import EnvTool, OpenEnv, OpenEnvClient
 from twinkle.envs.openenv_envs.number_guess.server.asgi import create_number_guess_app
 from twinkle.tools import ToolManager
@@ -143,9 +143,7 @@ def test_sessions_are_isolated_and_capacity_is_enforced(base_url):
 
 
 def test_dead_server_ends_the_episode():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed again when the block ends: nothing listens
+    port = free_port()  # closed again: nothing listens
     env = OpenEnvClient(
         env_name="number_guess", base_url=f"http://127.0.0.1:{port}", connect_timeout_s=2
     )

@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -17,6 +16,7 @@ import httpx
 import pytest
 from e2b import Sandbox
 
+from tests.net import free_port
 from twinkle.envs import AgentEnv
 from twinkle.sandbox import IsolationError, SandboxServer, Template, TemplateRegistry
 
@@ -60,12 +60,6 @@ def root_dir():
     path = Path(tempfile.mkdtemp(prefix="twinkle-test-root-"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_cli_serves_and_cleans_up_on_sigterm(root_dir):

@@ -35,8 +35,8 @@ import asyncio
 import concurrent.futures
 import os
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from twinkle.data_format import Message, SamplingParams, Trajectory, normalize_tool_calls
 from twinkle.rollout.base import (
@@ -52,6 +52,8 @@ from twinkle.rollout.base import (
     tool_entry,
 )
 from twinkle.rollout.traces import write_traces
+
+T = TypeVar("T")
 
 
 class _ToolRaised(Exception):
@@ -162,26 +164,32 @@ class APIMultiTurnRollout(Rollout):
         global_step: int | None = None,
     ) -> list[Trajectory]:
         """Roll out ``trajectories``; see the class docstring. Safe inside a running loop."""
+        return self.run_in_own_loop(
+            lambda: self.acall(trajectories, sampling_params, tool_manager, extra_body, global_step)
+        )
 
-        async def call_and_close() -> list[Trajectory]:
-            # This loop is ours: size its default executor so that a synchronous API (run by
-            # API.acomplete in a worker thread) gets ``concurrency`` calls in flight, not 6.
+    def run_in_own_loop(self, main: Callable[[], Awaitable[T]]) -> T:
+        """Run ``main()`` (coroutines over ``acall``) on an event loop owned by this call.
+
+        The loop's default executor is sized so that a synchronous API (run by
+        ``API.acomplete`` in a worker thread) gets ``concurrency`` calls in flight, not 6;
+        the API's HTTP pool is closed before the loop ends. Safe inside a running loop.
+        """
+
+        async def run_and_close() -> T:
             asyncio.get_running_loop().set_default_executor(
                 concurrent.futures.ThreadPoolExecutor(
                     max_workers=self.concurrency, thread_name_prefix="twinkle-api"
                 )
             )
             try:
-                return await self.acall(
-                    trajectories, sampling_params, tool_manager, extra_body, global_step
-                )
+                return await main()
             finally:
-                # This loop ends with the call: close its HTTP pool while the loop still runs.
                 aclose = getattr(self.api, "aclose", None)
                 if aclose is not None:
                     await aclose()
 
-        return run_sync(call_and_close())
+        return run_sync(run_and_close())
 
     async def acall(
         self,

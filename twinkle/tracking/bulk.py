@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -61,6 +62,7 @@ def _sql_rows(store: Any, experiment: Any, info: Any, helpers: Any) -> Any:
     return row
 
 
+@functools.cache  # the same answer for the life of the process: look once, not per batch
 def _helpers() -> Any:
     """MLflow's names used by ``start_trace``, from the module that uses them (None if moved)."""
     try:
