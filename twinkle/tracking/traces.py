@@ -445,25 +445,17 @@ class TraceWriter:
         from mlflow.store.tracking.abstract_store import AbstractStore
 
         # MLflow has no public bulk trace writer; the store's entity API is what its own
-        # exporter calls. Trace records of the whole batch first, in one transaction
-        # (``twinkle.tracking.bulk``), then every span of the batch in one ``log_spans``
-        # transaction: ~5 ms per trace instead of ~85 ms through the span-by-span exporter.
+        # exporter calls. The whole batch, trace records and spans, goes in one transaction
+        # (``twinkle.tracking.bulk``): ~1.5 ms per trace instead of ~85 ms through the
+        # span-by-span exporter.
         store = MlflowClient(self.tracking_uri)._tracking_client.store
         if type(store).log_spans is AbstractStore.log_spans:  # e.g. a file store
             for info, spans in pending:
                 self._write_fluent(info, spans)
             return
-        from twinkle.tracking.bulk import start_traces
+        from twinkle.tracking.bulk import write_traces
 
-        start_traces(store, self.experiment_id, [info for info, _ in pending])
-        batch: list[Any] = []
-        for _, spans in pending:
-            batch.extend(spans)
-            if len(batch) >= 2000:
-                store.log_spans(self.experiment_id, batch)
-                batch = []
-        if batch:
-            store.log_spans(self.experiment_id, batch)
+        write_traces(store, self.experiment_id, pending)
 
     def _write_fluent(self, info: Any, spans: list[Any]) -> None:
         """Fallback for stores without span logging: the public tracing API, span by span."""
