@@ -11,7 +11,7 @@
    runs the rollout as one task, one event loop, and traces each trajectory as it finishes,
    in the trace writer process). The Prefect API and the MLflow store are services: started
    before timing and reported apart (``prefect_api_start_s``, ``mlflow_store_setup_s``).
-   Two interleaved rounds, the fastest run of each kind compared (one in ``--quick``).
+   Three interleaved rounds, the fastest run of each kind compared (one in ``--quick``).
    Target: overhead < 15% of the stages' own time.
 3. MLflow tracing cost on the rollout stage with a policy endpoint answering in 200 ms (the
    scriptable OpenAI server in its own process): the rollout flow with ``trace_sample_rate``
@@ -165,7 +165,7 @@ def flow_stages(path: str, out: Path, n_traj: int, filters: list[str], concurren
             "trace_write_s": summary["trace_stats"].get("seconds", 0.0)}
 
 
-def bench_overhead(tmp: Path, n_rows: int, n_traj: int, concurrency: int, repeats: int = 2) -> dict:
+def bench_overhead(tmp: Path, n_rows: int, n_traj: int, concurrency: int, repeats: int = 3) -> dict:
     from flows.params import DEFAULT_FILTERS
 
     path = _dataset(tmp, n_rows)
@@ -303,7 +303,7 @@ def main() -> None:
         t0 = time.perf_counter()
         with prefect_test_harness(server_startup_timeout=180):
             result["prefect_api_start_s"] = round(time.perf_counter() - t0, 2)
-            result["overhead"] = bench_overhead(tmp, n_rows, n_traj, concurrency, repeats=1 if args.quick else 2)
+            result["overhead"] = bench_overhead(tmp, n_rows, n_traj, concurrency, repeats=1 if args.quick else 3)
             result["tracing"] = bench_tracing(tmp, n_trace, concurrency)
         result["trace_write"] = bench_trace_write(tmp, 64 if args.quick else 512)
     print(json.dumps(result))

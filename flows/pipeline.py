@@ -21,7 +21,7 @@ from prefect import flow
 from flows.common import flow_run_id, needs_ray_switch, task_runner_for
 from flows.curation import publish_curation, run_curation
 from flows.params import CurationParams, RolloutParams, RunParams, TrackingParams
-from flows.rollout import publish_rollout, rollout_summary, run_rollout, sandbox_endpoint
+from flows.rollout import SandboxEndpoint, publish_rollout, rollout_summary, run_rollout, sandbox_endpoint
 from flows.tracking import finish_tracking, log_curation, log_rollout, start_tracking
 
 
@@ -41,7 +41,7 @@ def pipeline_flow(curation: CurationParams | None = None, rollout: RolloutParams
 
 
 def _pipeline(curation: CurationParams, rollout: RolloutParams, tracking: TrackingParams, run: RunParams,
-              endpoint: dict[str, Any]) -> dict[str, Any]:
+              endpoint: SandboxEndpoint) -> dict[str, Any]:
     ctx = start_tracking(tracking, tracking.run_key or flow_run_id(), "twinkle-pipeline", {
         "curation": curation.model_dump(), "rollout": rollout.model_dump(), "run": run.model_dump()})
 
@@ -52,6 +52,7 @@ def _pipeline(curation: CurationParams, rollout: RolloutParams, tracking: Tracki
 
     rolled = run_rollout(rollout, run, endpoint, conversations=[curated["curated_path"]], ctx=ctx,
                          tracking=tracking, conversations_fp=curated["fingerprint"])
+    endpoint.release()  # a local sandbox server shuts down while the results are logged
     tracked = log_rollout(ctx, rolled["stage_run_id"], rolled)
     curation_logged.result()
     publish_rollout(rolled, tracked)

@@ -394,33 +394,54 @@ class _LocalSandboxServer:
                 self._endpoint = {"error": f"local sandbox server unavailable: {why[0]}"}
         return self._endpoint
 
-    def stop(self) -> None:
+    def release(self) -> None:
+        """Ask the server to stop (SIGTERM) without waiting: it kills its sandboxes and removes
+        their files while the flow logs its results; ``stop`` then finds it gone."""
         import signal
-        import subprocess
 
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)  # the server kills its sandboxes and removes their files
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            self.proc.send_signal(signal.SIGTERM)
+
+    def stop(self) -> None:
+        import subprocess
+
+        self.release()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class SandboxEndpoint:
+    """The sandbox API of a flow run: call it for ``{'api_url', 'api_key'}`` (or ``{'error'}``),
+    waiting for a local server started with the flow if it is not up yet; ``release()`` once
+    no sandbox is needed any more lets a local server shut down while the flow goes on."""
+
+    def __init__(self, fixed: dict[str, Any] | None = None, server: _LocalSandboxServer | None = None) -> None:
+        self._fixed, self._server = fixed, server
+
+    def __call__(self) -> dict[str, Any]:
+        return self._fixed if self._server is None else self._server.endpoint()
+
+    def release(self) -> None:
+        if self._server is not None:
+            self._server.release()
 
 
 @contextlib.contextmanager
-def sandbox_endpoint(sandbox: SandboxParams) -> Iterator[Any]:
-    """The sandbox API as a zero-argument callable returning ``{'api_url', 'api_key'}`` (or
-    ``{'error'}``): ``api_url``, else ``E2B_API_URL``, else a local sandbox server started in a
-    child process for the block. Open it first in a flow: the server starts while curation runs.
+def sandbox_endpoint(sandbox: SandboxParams) -> Iterator[SandboxEndpoint]:
+    """The sandbox API for the block (``SandboxEndpoint``): ``api_url``, else ``E2B_API_URL``,
+    else a local sandbox server started in a child process and stopped at the block's end.
+    Open it first in a flow: the server starts while curation runs.
     """
     api_url = sandbox.api_url or os.environ.get("E2B_API_URL")
     if api_url:
-        fixed = {"api_url": api_url, "api_key": os.environ.get(sandbox.api_key_env) or "local"}
-        yield lambda: fixed
+        yield SandboxEndpoint({"api_url": api_url, "api_key": os.environ.get(sandbox.api_key_env) or "local"})
         return
     server = _LocalSandboxServer()
     try:
-        yield server.endpoint
+        yield SandboxEndpoint(server=server)
     finally:
         server.stop()
 
@@ -436,7 +457,7 @@ def run_rollout(params: RolloutParams, run: RunParams, endpoint: Any,
     ``shard_size`` trajectories under Ray. With ``ctx`` each trajectory is traced while
     the others still roll out; a stage found in the cache is traced from its file instead
     (idempotent: traces already in the session are skipped). ``endpoint``: the sandbox API
-    (the callable ``sandbox_endpoint`` yields), opened by the flow before any task runs.
+    (the ``SandboxEndpoint`` ``sandbox_endpoint`` yields), opened by the flow before any task runs.
     """
     started = time.perf_counter()
     out = output_dir(run.output_dir)
@@ -555,8 +576,9 @@ def rollout_flow(rollout: RolloutParams | None = None, tracking: TrackingParams 
         ctx = start_tracking(tracking, tracking.run_key or flow_run_id(), "twinkle-rollout",
                              {"rollout": rollout.model_dump(), "run": run.model_dump()})
         result = run_rollout(rollout, run, endpoint, ctx=ctx, tracking=tracking)
-    tracked = log_rollout(ctx, result["stage_run_id"], result)
-    publish_rollout(result, tracked)
+        endpoint.release()  # a local server shuts down while the results are logged
+        tracked = log_rollout(ctx, result["stage_run_id"], result)
+        publish_rollout(result, tracked)
     summary = rollout_summary(result, tracked)
     finish_tracking(ctx, {**summary, "mlflow_run_id": ctx.run_id})
     return {**summary, "mlflow_run_id": ctx.run_id}
