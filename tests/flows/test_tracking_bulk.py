@@ -108,6 +108,29 @@ def test_bulk_rows_read_back_like_start_trace_and_log_spans_rows(tmp_path, monke
     assert hidden(uri_a)["sql_trace_rollup_rebuild_queue"]  # the old trace's day is queued
 
 
+def test_unfinished_traces_without_previews_get_them_from_the_root_span_as_log_spans_does(tmp_path):
+    from mlflow import MlflowClient
+    from mlflow.entities.trace_state import TraceState
+
+    stores = [_store(tmp_path, "e"), _store(tmp_path, "f")]
+    written = []
+    for uri, eid, _ in stores:
+        _, infos = _infos(uri, eid, 2)
+        for info, _ in infos:
+            info.state, info.request_preview, info.response_preview = TraceState.IN_PROGRESS, None, None
+        written.append(infos)
+    (uri_a, eid_a, store_a), (uri_b, eid_b, store_b) = stores
+    assert write_traces(store_a, eid_a, written[0]) == "bulk"
+    for info, _ in written[1]:
+        store_b.start_trace(info)
+    store_b.log_spans(eid_b, [s for _, spans in written[1] for s in spans])
+    for (info_a, _), (info_b, _) in zip(*written):
+        got_a = MlflowClient(uri_a).get_trace(info_a.trace_id).info
+        got_b = MlflowClient(uri_b).get_trace(info_b.trace_id).info
+        assert _view(got_a) == _view(got_b)
+        assert got_a.state in (TraceState.OK, TraceState.ERROR) and got_a.request_preview
+
+
 def test_bulk_meets_an_existing_trace_and_merges_one_by_one(tmp_path):
     from mlflow import MlflowClient
 

@@ -71,11 +71,12 @@ def _info_row(store: Any, experiment: Any, info: Any, h: Any) -> Any:
     return row
 
 
-def _span_rows(experiment_id: int, spans: Sequence[Any], h: Any, ensure_ascii: bool) -> tuple[list, dict] | None:
-    """The ``spans`` table rows ``log_spans`` inserts for one trace's ``spans``, and the
-    trace's token usage rolled up the way ``log_spans`` rolls it up; None when a span
-    carries data only ``log_spans`` derives."""
-    rows, nodes = [], []
+def _span_rows(experiment_id: int, spans: Sequence[Any], h: Any,
+               ensure_ascii: bool) -> tuple[list, dict, dict | None] | None:
+    """The ``spans`` table rows ``log_spans`` inserts for one trace's ``spans``, the trace's
+    token usage rolled up the way ``log_spans`` rolls it up, and the root span as stored;
+    None when a span carries data only ``log_spans`` derives."""
+    rows, nodes, root = [], [], None
     key = h.SpanAttributeKey
     for span in spans:
         resource = getattr(span._span, "resource", None)
@@ -86,6 +87,8 @@ def _span_rows(experiment_id: int, spans: Sequence[Any], h: Any, ensure_ascii: b
         if any(k in attrs for k in _DERIVED) or any(k.startswith(key.TRACE_TAG_PREFIX) for k in attrs):
             return None
         nodes.append(h._span_aggregation_node(span.span_id, span.parent_id, attrs, key.CHAT_USAGE))
+        if span.parent_id is None:
+            root = content
         rows.append({
             "trace_id": span.trace_id, "experiment_id": experiment_id, "span_id": span.span_id,
             "parent_span_id": span.parent_id, "name": span.name, "type": span.span_type,
@@ -96,7 +99,7 @@ def _span_rows(experiment_id: int, spans: Sequence[Any], h: Any, ensure_ascii: b
             "model_name": h.bounded_model_dimension(h._try_parse_json_string(attrs.get(key.MODEL))),
             "model_provider": h.bounded_model_dimension(h._try_parse_json_string(attrs.get(key.MODEL_PROVIDER))),
         })
-    return rows, h.aggregate_usage_from_span_nodes(nodes) or {}
+    return rows, h.aggregate_usage_from_span_nodes(nodes) or {}, root
 
 
 @functools.cache  # the same answer for the life of the process: look once, not per batch
@@ -111,8 +114,11 @@ def _helpers() -> Any:
                   "validate_trace_name", "enqueue_rollup_rebuild_partitions", "RollupFamily", "IntegrityError",
                   "translate_span_when_storing", "TraceJSONEncoder", "bounded_model_dimension",
                   "_try_parse_json_string", "SpanAttributeKey", "MSSQL", "_span_aggregation_node",
-                  "aggregate_usage_from_span_nodes", "TOKEN_COLUMN_BY_KEY", "token_count_or_none")
-        if all(hasattr(s, n) for n in needed) and hasattr(s.TraceMetadataKey, "TRACE_INFO_FINALIZED"):
+                  "aggregate_usage_from_span_nodes", "TOKEN_COLUMN_BY_KEY", "token_count_or_none", "TraceState")
+        methods = ("_get_trace_artifact_location_tag", "_get_trace_status_from_root_span",
+                   "_update_trace_info_attributes")
+        if (all(hasattr(s, n) for n in needed) and hasattr(s.TraceMetadataKey, "TRACE_INFO_FINALIZED")
+                and all(hasattr(s.SqlAlchemyStore, m) for m in methods)):
             return s
     except ImportError:
         pass
@@ -128,7 +134,7 @@ def write_traces(store: Any, experiment_id: str, traces: Sequence[tuple[Any, Seq
     if not traces:
         return "none"
     h = _helpers()
-    if h is None or not isinstance(store, h.SqlAlchemyStore) or not hasattr(store, "_get_trace_artifact_location_tag"):
+    if h is None or not isinstance(store, h.SqlAlchemyStore):
         return _per_trace(store, experiment_id, traces)
     eid = int(experiment_id)
     ensure_ascii = getattr(store, "db_type", None) == h.MSSQL  # as log_spans: MSSQL's column is not Unicode
@@ -139,16 +145,22 @@ def write_traces(store: Any, experiment_id: str, traces: Sequence[tuple[Any, Seq
     store._check_experiment_is_active(experiment)
     with store.ManagedSessionMaker(read_only=False) as session:
         times = [info.request_time for info, _ in traces]
-        span_times = [row["start_time_unix_nano"] // 1_000_000 for rows, _ in spans for row in rows]
+        span_times = [row["start_time_unix_nano"] // 1_000_000 for rows, _, _ in spans for row in rows]
         # The rebuild queue is locked first, as MLflow's writers do (their lock order).
         h.enqueue_rollup_rebuild_partitions(session, [
             (h.RollupFamily.TRACE_METRIC, eid, times), (h.RollupFamily.ASSESSMENT, eid, times),
             (h.RollupFamily.SPAN_COST, eid, span_times)])
         infos = []
-        for (info, _), (rows, usage) in zip(traces, spans):
+        unfinished = (h.TraceState.IN_PROGRESS.value, h.TraceState.STATE_UNSPECIFIED.value)
+        for (info, trace_spans), (rows, usage, root) in zip(traces, spans):
             row = _info_row(store, experiment, info, h)
             if rows:
                 row.db_payload_generation = 1  # log_spans advances it once per write
+            if row.status in unfinished:  # log_spans takes an unfinished trace's state from its root span
+                row.status = store._get_trace_status_from_root_span(trace_spans) or row.status
+            if root is not None:  # and fills previews the trace info left empty from the root span
+                for column, value in store._update_trace_info_attributes(row, root).items():
+                    setattr(row, column.key, value)
             if usage and all(getattr(row, c, None) is None for c in h.TOKEN_COLUMN_BY_KEY.values()):
                 for k, column in h.TOKEN_COLUMN_BY_KEY.items():  # log_spans' roll-up, unless given
                     value = h.token_count_or_none(usage.get(k))
@@ -160,7 +172,7 @@ def write_traces(store: Any, experiment_id: str, traces: Sequence[tuple[Any, Seq
             session.flush()
             from sqlalchemy import insert
 
-            session.execute(insert(h.SqlSpan.__table__), [r for rows, _ in spans for r in rows])
+            session.execute(insert(h.SqlSpan.__table__), [r for rows, _, _ in spans for r in rows])
         except h.IntegrityError:  # a trace of the batch is already stored: undo, MLflow merges
             session.rollback()
             conflict = True
