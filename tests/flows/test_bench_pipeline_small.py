@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,16 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "pipeline.py"
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("twinkle_bench_pipeline", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    # The script sets environment defaults for its own runs (e.g. Prefect's log level) at
+    # import; they must not leak into later tests (Ray workers inherit this environment).
+    saved = dict(os.environ)
+    try:
+        spec = importlib.util.spec_from_file_location("twinkle_bench_pipeline", BENCH)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     return module
 
 
