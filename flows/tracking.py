@@ -25,10 +25,10 @@ from twinkle.tracking.traces import trajectory_key
 
 _IO = dict(retries=2, retry_delay_seconds=[1, 5], cache_policy=NO_CACHE, persist_result=False)
 
-# Traces are written by one helper process per flow-run process (``TraceWriterProcess``):
-# writing them is CPU-bound SQLAlchemy work that would otherwise hold the GIL while the
-# rollout's event loop waits on sandboxes and the model. Started when tracking starts,
-# so its MLflow import overlaps curation; closed when the process exits.
+# Traces are written, and charts drawn, by one helper process per flow-run process
+# (``TraceWriterProcess``): CPU-bound SQLAlchemy and matplotlib work that would otherwise
+# hold the GIL while the rollout's event loop waits on sandboxes and the model. Started
+# when tracking starts, so its imports overlap curation; closed when the process exits.
 _WRITER = None
 _WRITER_LOCK = threading.Lock()
 
@@ -73,7 +73,8 @@ def log_curation(tracking: Tracking, result: dict[str, Any]) -> str:
     tracker = tracking.tracker
     stage = tracking.stage("curation")
     tracker.log_params(stage, result["settings"])
-    tracker.log_curation(stage, result["steps"], result["rows_in"], result["rows_out"])
+    tracker.log_curation(stage, result["steps"], result["rows_in"], result["rows_out"],
+                         render=trace_writer_process().chart)  # drawn off this process's GIL
     tracker.set_tags(stage, {"pii": result["pii"]})
     for key in ("curated_path", "dropped_path"):
         if result.get(key):
@@ -134,7 +135,8 @@ def log_rollout(tracking: Tracking, stage: str, result: dict[str, Any]) -> dict[
     tracker.log_params(stage, result["settings"])
     trajectories = read_rows_cached([result["scored_path"]])
     summary = tracker.log_rollout(stage, trajectories)
-    reward_metrics = tracker.log_rewards(stage, [t.get("rewards") for t in trajectories])
+    reward_metrics = tracker.log_rewards(stage, [t.get("rewards") for t in trajectories],
+                                         render=trace_writer_process().chart)
     tracker.set_tags(stage, {f"skipped.{k}": v for k, v in result.get("skipped", {}).items()})
     if result.get("scored_path"):
         tracker.log_artifact(stage, result["scored_path"], "data")

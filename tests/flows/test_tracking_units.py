@@ -136,6 +136,40 @@ def test_trace_writer_process_writes_in_a_helper_and_falls_back_when_it_cannot_s
     assert len(mlflow.MlflowClient(tracker.tracking_uri).search_traces(locations=[tracker.experiment_id])) == 2
 
 
+def test_charts_are_drawn_by_the_helper_and_in_process_when_it_cannot_start(tmp_path):
+    from twinkle.tracking import TraceWriterProcess
+
+    png = b"\x89PNG\r\n\x1a\n"
+    with TraceWriterProcess() as proc:
+        path = proc.chart("reward_histogram", {"total": [1.0, 0.0, 1.0]}, str(tmp_path / "h.png"))
+        assert proc._proc.pid != os.getpid()
+        with pytest.raises(RuntimeError, match="unknown chart 'pie'"):
+            proc.chart("pie", {}, str(tmp_path / "p.png"))
+    assert open(path, "rb").read(8) == png
+    broken = TraceWriterProcess(python=str(tmp_path / "no-such-python"))
+    path = broken.chart("drop_reasons", {"HardFilter/too_short": 3}, str(tmp_path / "d.png"))
+    assert open(path, "rb").read(8) == png
+
+
+def test_tracker_draws_its_charts_with_the_renderer_it_is_given(tmp_path):
+    tracker = MLflowTracker(f"sqlite:///{tmp_path}/mlflow.db", artifact_location=str(tmp_path / "art"))
+    run = tracker.start_run("render")
+    calls = []
+
+    def render(kind, data, path):
+        calls.append((kind, data))
+        with open(path, "wb") as f:
+            f.write(b"chart")
+        return path
+
+    tracker.log_rewards(run, [{"total": 1.0}, {"total": 0.5}], render=render)
+    tracker.log_curation(run, [{"step": "s", "rows_in": 2, "rows_out": 1, "dropped": {"r": 1}}], 2, 1,
+                         render=render)
+    assert calls == [("reward_histogram", {"total": [1.0, 0.5]}), ("drop_reasons", {"s/r": 1})]
+    names = sorted(a.path for a in tracker.client.list_artifacts(run, "plots"))
+    assert names == ["plots/drop_reasons.png", "plots/reward_histogram.png"]
+
+
 class _InProcessWriter:
     """``TraceWriterProcess.write`` without the helper process (same call, real MLflow store)."""
 

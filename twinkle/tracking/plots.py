@@ -2,7 +2,9 @@
 
 matplotlib's object API with the Agg canvas: no display needed on servers and Prefect
 workers, and no ``pyplot`` global state, which is not thread-safe while Prefect runs tasks
-in threads. Imported lazily (matplotlib costs a few hundred milliseconds).
+in threads. Imported lazily (matplotlib costs a few hundred milliseconds). ``render_chart``
+is what the flows' tracking helper process runs (``TraceWriterProcess.chart``), so neither
+that import nor the drawing holds the flow's GIL while the rollout runs.
 
 Example:
     >>> path = reward_histogram({'fidelity': [1.0, 0.5, 1.0]}, '/tmp/rewards.png')  # doctest: +SKIP
@@ -49,3 +51,22 @@ def drop_reasons_chart(counts: Mapping[str, int], path: str, top: int = 25) -> s
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     return path
+
+
+#: Chart kinds ``render_chart`` draws: name -> (data, path) -> path.
+CHARTS = {"reward_histogram": reward_histogram, "drop_reasons": drop_reasons_chart}
+
+
+def render_chart(kind: str, data: Any, path: str) -> str:
+    """Draw chart ``kind`` (a key of ``CHARTS``) of ``data`` to ``path`` (PNG); returns ``path``."""
+    try:
+        draw = CHARTS[kind]
+    except KeyError:
+        raise ValueError(f"unknown chart {kind!r}; known: {', '.join(sorted(CHARTS))}") from None
+    return draw(data, path)
+
+
+def warm_up() -> None:
+    """Import what drawing needs (a helper process does it ahead of the first chart)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
+    from matplotlib.figure import Figure  # noqa: F401

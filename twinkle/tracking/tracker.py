@@ -31,7 +31,7 @@ import re
 import statistics
 import tempfile
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from twinkle.tracking.scrub import scrub_secrets
@@ -207,12 +207,14 @@ class MLflowTracker:
         self.client.log_dict(run_id, scrub_secrets(obj), artifact_file)
 
     # -- stage summaries -------------------------------------------------------------------
-    def log_curation(self, run_id: str, steps: Sequence[Mapping[str, Any]], rows_in: int, rows_out: int) -> dict[str, int]:
+    def log_curation(self, run_id: str, steps: Sequence[Mapping[str, Any]], rows_in: int, rows_out: int,
+                     render: Callable[[str, Any, str], str] | None = None) -> dict[str, int]:
         """Rows in/out, drops per step and reason, seconds per step, and a drop-reason chart.
 
         ``steps`` are per-step dicts ``{'step', 'rows_in', 'rows_out', 'dropped': {reason: n},
         'seconds'}`` (``PipelineStats`` / ``StepStats.as_dict()``). Returns the drop counts
-        keyed ``step/reason``.
+        keyed ``step/reason``. ``render`` draws the chart (``plots.render_chart``'s signature;
+        default: in this process).
         """
         metrics: dict[str, float] = {"rows_in": rows_in, "rows_out": rows_out, "rows_dropped": rows_in - rows_out}
         drops: dict[str, int] = {}
@@ -230,10 +232,7 @@ class MLflowTracker:
         for reason, n in by_reason.items():
             metrics[metric_key("drop_reason", reason)] = n
         self.log_metrics(run_id, metrics)
-        from twinkle.tracking.plots import drop_reasons_chart
-
-        with tempfile.TemporaryDirectory() as tmp:
-            self.log_artifact(run_id, drop_reasons_chart(drops, os.path.join(tmp, "drop_reasons.png")), "plots")
+        self._log_chart(run_id, render, "drop_reasons", drops, "drop_reasons.png")
         return drops
 
     def log_rollout(self, run_id: str, trajectories: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -270,11 +269,12 @@ class MLflowTracker:
         return {**summary, "stop_reasons": dict(stops)}
 
     def log_rewards(self, run_id: str, rewards: Sequence[Mapping[str, Any] | None],
-                    pass_threshold: float = 1.0) -> dict[str, Any]:
+                    pass_threshold: float = 1.0, render: Callable[[str, Any, str], str] | None = None) -> dict[str, Any]:
         """Mean, distribution and pass rate per reward name, plus a histogram PNG.
 
         Pass rate: share of trajectories whose ``total`` reward (the only reward when there is
-        one) reaches ``pass_threshold``; missing rewards count as not passed.
+        one) reaches ``pass_threshold``; missing rewards count as not passed. ``render`` as in
+        ``log_curation``.
         """
         values = summarize_rewards(rewards)
         metrics: dict[str, float] = {"scored": sum(1 for r in rewards if r)}
@@ -290,11 +290,16 @@ class MLflowTracker:
             passed = sum(1 for r in rewards if r and isinstance(r.get(main), (int, float)) and r[main] >= pass_threshold)
             metrics["pass_rate"] = passed / len(rewards)
         self.log_metrics(run_id, metrics)
-        from twinkle.tracking.plots import reward_histogram
-
-        with tempfile.TemporaryDirectory() as tmp:
-            self.log_artifact(run_id, reward_histogram(values, os.path.join(tmp, "reward_histogram.png")), "plots")
+        self._log_chart(run_id, render, "reward_histogram", values, "reward_histogram.png")
         return metrics
+
+    def _log_chart(self, run_id: str, render: Callable[[str, Any, str], str] | None, kind: str, data: Any,
+                   name: str) -> None:
+        """Draw chart ``kind`` with ``render`` (default: in this process) and log it under ``plots/``."""
+        if render is None:
+            from twinkle.tracking.plots import render_chart as render
+        with tempfile.TemporaryDirectory() as tmp:
+            self.log_artifact(run_id, render(kind, data, os.path.join(tmp, name)), "plots")
 
     def trace_writer(self, run_id: str, session: str, **kwargs: Any) -> TraceWriter:
         """A ``TraceWriter`` whose traces link to ``run_id`` and group under ``session``."""

@@ -1,18 +1,22 @@
-"""``TraceWriterProcess``: MLflow trace writing in a helper process, off the caller's GIL.
+"""``TraceWriterProcess``: MLflow trace writing and chart drawing in a helper process, off
+the caller's GIL.
 
-Writing a trace is CPU-bound SQLAlchemy work (~15 ms per trace on SQLite). Done in the
-process that runs rollouts, it holds the GIL while other trajectories wait on sandboxes
-and the model; in a helper process it runs on another core. The helper is a plain
+Writing a trace is CPU-bound SQLAlchemy work (a few ms per trace on SQLite), and drawing a
+chart imports matplotlib (~0.5 s) and renders it (~0.1 s). Done in the process that runs
+rollouts, both hold the GIL while other trajectories wait on sandboxes and the model; in a
+helper process they run on another core, at a lower priority. The helper is a plain
 ``python -c`` subprocess running ``main`` speaking pickled requests over its
 stdin/stdout (standard library ``subprocess`` + ``pickle``): unlike ``multiprocessing``
 with spawn, it never re-imports the caller's ``__main__``, so a script without a
-``__main__`` guard cannot run twice. If the helper cannot start or dies, ``write`` falls
-back to writing in-process, so traces are never lost to the optimisation.
+``__main__`` guard cannot run twice. If the helper cannot start or dies, each call falls
+back to running in-process, so neither traces nor charts are lost to the optimisation.
 
 Example:
     >>> proc = TraceWriterProcess()                                              # doctest: +SKIP
     >>> proc.write(uri, exp_id, 'session-1', trajectories, rewards, keys=None)   # doctest: +SKIP
     {'written': 2, 'existing': 0, 'unsampled': 0, 'spans': 9, 'seconds': 0.04}
+    >>> proc.chart('reward_histogram', {'total': [1.0, 0.0]}, '/tmp/r.png')     # doctest: +SKIP
+    '/tmp/r.png'
     >>> proc.close()                                                             # doctest: +SKIP
 """
 
@@ -47,7 +51,8 @@ def _recv(stream: BinaryIO) -> Any:
 
 
 class TraceWriterProcess:
-    """A helper process that runs ``write_trace_batch`` calls one at a time (thread-safe).
+    """A helper process that runs ``write_trace_batch`` and ``render_chart`` calls one at a
+    time (thread-safe).
 
     Args:
         python: interpreter for the helper (default: this one).
@@ -87,23 +92,28 @@ class TraceWriterProcess:
     def write(self, tracking_uri: str, experiment_id: str, session: str, trajectories: Any,
               rewards: Any = None, keys: Any = None, **writer_kwargs: Any) -> dict[str, Any]:
         """Write one batch of traces; returns ``write_trace_batch``'s report."""
-        from twinkle.tracking.traces import write_trace_batch
+        return self._call("write", (tracking_uri, experiment_id, session, list(trajectories), rewards, keys),
+                          writer_kwargs)
 
-        args = (tracking_uri, experiment_id, session, list(trajectories), rewards, keys)
+    def chart(self, kind: str, data: Any, path: str) -> str:
+        """Draw chart ``kind`` of ``data`` to ``path`` (``plots.render_chart``); returns ``path``."""
+        return self._call("chart", (kind, data, path), {})
+
+    def _call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         with self._lock:
             proc = self._ensure()
             if proc is not None:
                 try:
-                    _send(proc.stdin, (args, writer_kwargs))
+                    _send(proc.stdin, (name, args, kwargs))
                     ok, value = _recv(proc.stdout)
                 except (OSError, EOFError, pickle.PickleError) as exc:
-                    logger.warning("trace writer process failed (%s); writing in-process", exc)
+                    logger.warning("tracking helper process failed (%s); running in-process", exc)
                     self._broken = True
                 else:
                     if ok:
                         return value
-                    raise RuntimeError(f"trace writer process: {value}")
-        return write_trace_batch(*args, **writer_kwargs)
+                    raise RuntimeError(f"tracking helper process: {value}")
+        return _calls()[name](*args, **kwargs)
 
     def close(self) -> None:
         """Stop the helper (closing its stdin ends its loop)."""
@@ -195,26 +205,38 @@ class TraceStream:
         return dict(self.report)
 
 
+def _calls() -> dict[str, Any]:
+    """What a request may name: the helper runs these and nothing else."""
+    from twinkle.tracking.plots import render_chart
+    from twinkle.tracking.traces import write_trace_batch
+
+    return {"write": write_trace_batch, "chart": render_chart}
+
+
 def main() -> None:
-    """The helper's loop: read a request, write the traces, answer ``(ok, report | error)``."""
+    """The helper's loop: read a request, run it, answer ``(ok, result | error)``."""
     import os
 
-    from twinkle.tracking.traces import warm_up, write_trace_batch
+    from twinkle.tracking import plots
+    from twinkle.tracking.traces import warm_up
 
     # Tracing is background work: at a lower priority the helper takes the CPU the rollout
     # leaves idle instead of competing with it (the stream is only waited on at its close).
     with contextlib.suppress(OSError):
         os.nice(10)
     warm_up()
+    with contextlib.suppress(ImportError):  # charts are drawn here too; a missing matplotlib says so later
+        plots.warm_up()
+    calls = _calls()
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing else may write to the answer pipe
     while True:
         try:
-            args, kwargs = _recv(stdin)
+            name, args, kwargs = _recv(stdin)
         except EOFError:
             return
         try:
-            answer = (True, write_trace_batch(*args, **kwargs))
+            answer = (True, calls[name](*args, **kwargs))
         except Exception as exc:  # reported to the caller, whose task retries
             answer = (False, f"{type(exc).__name__}: {exc}")
         _send(stdout, answer)
