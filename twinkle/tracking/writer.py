@@ -220,13 +220,15 @@ def main() -> None:
     from twinkle.tracking import plots
     from twinkle.tracking.traces import warm_up
 
-    # Tracing is background work: at a lower priority the helper takes the CPU the rollout
-    # leaves idle instead of competing with it (the stream is only waited on at its close).
-    with contextlib.suppress(OSError):
-        os.nice(10)
+    # Imports first, at normal priority: the helper starts with the flow, and curation leaves
+    # a core idle, so they are done before the rollout (at a low priority they crawled into it,
+    # and the first traces then waited). Then tracing is background work: at a lower priority
+    # the helper takes the CPU the rollout leaves idle instead of competing with it.
     warm_up()
     with contextlib.suppress(ImportError):  # charts are drawn here too; a missing matplotlib says so later
         plots.warm_up()
+    with contextlib.suppress(OSError):
+        os.nice(10)
     calls = _calls()
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing else may write to the answer pipe
