@@ -17,8 +17,9 @@
 3. MLflow tracing cost on the rollout stage with a policy endpoint answering in 200 ms (the
    scriptable OpenAI server in its own process): the rollout flow with ``trace_sample_rate``
    1.0 against 0.0, same trajectories; plus cost per trace and per span. Target < 10%.
-4. Trace writing CPU per trace: ``TraceWriter`` (trace records of a batch in one transaction)
-   against MLflow's store API used plainly (one ``start_trace`` per trace), same trajectories.
+4. Trace writing CPU per trace: ``TraceWriter`` (trace records and spans of a batch in one
+   transaction) against MLflow's store API used plainly (one ``start_trace`` per trace, then
+   ``log_spans``), same trajectories.
 
 Prints one JSON object. ``--quick`` for a small run.
 """
@@ -74,10 +75,11 @@ def _inprocess_sandbox_server():
     """The library's plain use: ``SandboxServer`` in this process (shares its GIL)."""
     import secrets
 
+    from flows.rollout import SandboxEndpoint
     from twinkle.sandbox import SandboxServer
 
     with SandboxServer(port=0, api_key=secrets.token_urlsafe(16)) as srv:
-        yield lambda: {"api_url": srv.url, "api_key": srv.api_key}
+        yield SandboxEndpoint({"api_url": srv.url, "api_key": srv.api_key})
 
 
 def baseline_stages(path: str, out: Path, n_traj: int, filters: list[str], concurrency: int,
@@ -218,8 +220,8 @@ def bench_overhead(tmp: Path, n_rows: int, n_traj: int, concurrency: int, repeat
 
 
 def bench_trace_write(tmp: Path, n_traj: int, batch: int = 32) -> dict:
-    """CPU cost of writing traces, ours (``TraceWriter``: records of a batch in one transaction,
-    ``twinkle.tracking.bulk``) against MLflow's store API used plainly (``start_trace`` per trace,
+    """CPU cost of writing traces, ours (``TraceWriter``: records and spans of a batch in one
+    transaction, ``twinkle.tracking.bulk``) against MLflow's store API used plainly (``start_trace`` per trace,
     then the batch's spans in one ``log_spans``), same trajectories, fresh SQLite stores."""
     from mlflow import MlflowClient
 

@@ -335,8 +335,8 @@ def run_rollouts(source: str, start: int, end: int, shard: int, settings: dict[s
             if env is not None:
                 with contextlib.suppress(Exception):  # one env failing to close must not leak the others
                     env.close()
+        progress.close()  # first: a trace batch that failed raises from stream.close()
         traces = stream.close() if stream is not None else {}
-        progress.close()
     rolled = time.perf_counter()
     path = work_path(out, "rollout", fp)
     write_work_rows(path, trajectories)

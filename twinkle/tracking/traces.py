@@ -446,7 +446,7 @@ class TraceWriter:
 
         # MLflow has no public bulk trace writer; the store's entity API is what its own
         # exporter calls. The whole batch, trace records and spans, goes in one transaction
-        # (``twinkle.tracking.bulk``): ~1.5 ms per trace instead of ~85 ms through the
+        # (``twinkle.tracking.bulk``): a few ms of CPU per trace instead of ~85 ms through the
         # span-by-span exporter.
         store = MlflowClient(self.tracking_uri)._tracking_client.store
         if type(store).log_spans is AbstractStore.log_spans:  # e.g. a file store
