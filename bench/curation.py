@@ -36,7 +36,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(
+    0, str(Path(__file__).resolve().parents[1])
+)  # run from a checkout without installing
 
 from twinkle.data_format import message_text, normalize_tool_calls, split_think
 from twinkle.preprocessor.base import Filter
@@ -71,9 +73,12 @@ _NAIVE_HESITATION = re.compile(
     r"|等等|不不不+|嗯{2,}|呃+|让我(?:重新|再次|再)(?:想|试|来|考虑|计算)|我(?:好像|似乎|又)(?:搞|弄)错"
     r"|ちょっと待って|いや待って|えっと+|うーん+|もう一度考え直|混乱してきた"
     r"|잠깐|(?<![가-힣])(?:음+|어+)(?=\s*[.…,~!?])|다시 ?(?:생각|시작|해보)|헷갈|계속 ?(?:틀리|실수)",
-    re.IGNORECASE)
-_NAIVE_CASCADE = re.compile(r"\b(?:wait|actually|hmm|i was wrong|i made an? (?:error|mistake))\b|等等|不对|重新|错了",
-                            re.IGNORECASE)
+    re.IGNORECASE,
+)
+_NAIVE_CASCADE = re.compile(
+    r"\b(?:wait|actually|hmm|i was wrong|i made an? (?:error|mistake))\b|等等|不对|重新|错了",
+    re.IGNORECASE,
+)
 
 
 def _naive_cjk_ratio(text: str) -> float:
@@ -108,7 +113,7 @@ def _naive_stuck(text: str, density: float, cascade: int, repetition: float) -> 
             return False
     grams = []
     for i in range(len(tokens) - 7):
-        grams.append(tuple(tokens[i:i + 8]))
+        grams.append(tuple(tokens[i : i + 8]))
     return bool(grams) and 1 - len(set(grams)) / len(grams) > repetition
 
 
@@ -158,7 +163,7 @@ def _naive_soup(text: str) -> bool:
             runs.append(b)
     if len(buckets) < 40 or len(runs) < 8:
         return False
-    chaotic = sum(1 for i in range(len(runs) - 3) if len(set(runs[i:i + 4])) >= 3)
+    chaotic = sum(1 for i in range(len(runs) - 3) if len(set(runs[i : i + 4])) >= 3)
     return chaotic / (len(runs) - 3) > 0.55
 
 
@@ -192,6 +197,7 @@ def _chain(steps: list[Any]) -> Callable[[list[dict[str, Any]]], list[dict[str, 
         for step in steps:
             rows, _ = step(rows)
         return rows
+
     return run
 
 
@@ -199,8 +205,12 @@ def bench_speed(n_rows: int, repeats: int) -> dict[str, Any]:
     rows = generate(n_rows, seed=11, target_bytes=4096)
     size = sum(len(json.dumps(r, ensure_ascii=False).encode()) for r in rows)
     mb = size / 1e6
-    ours = {"HardFilter": HardFilter(max_chars_per_round=50000, max_total_chars=200000),
-            "DeadLoopFilter": DeadLoopFilter(), "RefuseFilter": RefuseFilter(), "TokenSoupFilter": TokenSoupFilter()}
+    ours = {
+        "HardFilter": HardFilter(max_chars_per_round=50000, max_total_chars=200000),
+        "DeadLoopFilter": DeadLoopFilter(),
+        "RefuseFilter": RefuseFilter(),
+        "TokenSoupFilter": TokenSoupFilter(),
+    }
     if MessageNormalizer is not None:
         ours["MessageNormalizer"] = MessageNormalizer()
     naive = dict(ours, DeadLoopFilter=NaiveDeadLoopFilter(), TokenSoupFilter=NaiveTokenSoupFilter())
@@ -209,33 +219,50 @@ def bench_speed(n_rows: int, repeats: int) -> dict[str, Any]:
     out: dict[str, Any] = {"rows": n_rows, "avg_row_bytes": round(size / n_rows), "filters": {}}
     for name, step in ours.items():
         cpu, wall = _cpu_and_wall(lambda s=step: s(rows), repeats)
-        out["filters"][name] = {"rows_per_s": _rate(n_rows, cpu), "mb_per_s": round(mb / cpu, 2),
-                                "rows_per_s_wall": _rate(n_rows, wall)}
+        out["filters"][name] = {
+            "rows_per_s": _rate(n_rows, cpu),
+            "mb_per_s": round(mb / cpu, 2),
+            "rows_per_s_wall": _rate(n_rows, wall),
+        }
     for name in ("DeadLoopFilter", "TokenSoupFilter"):
         cpu, _ = _cpu_and_wall(lambda s=naive[name]: s(rows), 1)
         out["filters"][name]["naive_rows_per_s"] = _rate(n_rows, cpu)
-        out["filters"][name]["speedup_vs_naive"] = round(out["filters"][name]["rows_per_s"] / _rate(n_rows, cpu), 1)
+        out["filters"][name]["speedup_vs_naive"] = round(
+            out["filters"][name]["rows_per_s"] / _rate(n_rows, cpu), 1
+        )
     cpu, wall = _cpu_and_wall(lambda: _chain(list(ours.values()))(rows), repeats)
     ncpu, nwall = _cpu_and_wall(lambda: _chain(list(naive.values()))(rows), 1)
-    out["chain"] = {"steps": list(ours), "rows_per_s": _rate(n_rows, cpu), "mb_per_s": round(mb / cpu, 2),
-                    "rows_per_s_wall": _rate(n_rows, wall), "naive_rows_per_s": _rate(n_rows, ncpu),
-                    "naive_rows_per_s_wall": _rate(n_rows, nwall), "speedup_vs_naive": round(ncpu / cpu, 1)}
+    out["chain"] = {
+        "steps": list(ours),
+        "rows_per_s": _rate(n_rows, cpu),
+        "mb_per_s": round(mb / cpu, 2),
+        "rows_per_s_wall": _rate(n_rows, wall),
+        "naive_rows_per_s": _rate(n_rows, ncpu),
+        "naive_rows_per_s_wall": _rate(n_rows, nwall),
+        "speedup_vs_naive": round(ncpu / cpu, 1),
+    }
     return out
 
 
 def bench_quality(n_rows: int) -> dict[str, Any]:
     rows = generate(n_rows, seed=3, defects=True, defect_rate=0.35, target_bytes=4096)
     labels = {r["id"]: label_of(r) for r in rows}
-    filters: dict[str, Any] = {"HardFilter": HardFilter(max_chars_per_round=50000, max_total_chars=200000),
-                               "DeadLoopFilter": DeadLoopFilter(), "RefuseFilter": RefuseFilter(),
-                               "TokenSoupFilter": TokenSoupFilter()}
+    filters: dict[str, Any] = {
+        "HardFilter": HardFilter(max_chars_per_round=50000, max_total_chars=200000),
+        "DeadLoopFilter": DeadLoopFilter(),
+        "RefuseFilter": RefuseFilter(),
+        "TokenSoupFilter": TokenSoupFilter(),
+    }
     if DedupFilter is not None:
         filters["DedupFilter"] = DedupFilter()
     if NearDedupFilter is not None:
         filters["NearDedupFilter"] = NearDedupFilter()
     originals = {lab["dup_of"] for lab in labels.values() if lab["dup_of"]}
-    out: dict[str, Any] = {"rows": n_rows, "clean_rows": sum(lab["defect"] == "none" for lab in labels.values()),
-                           "filters": {}}
+    out: dict[str, Any] = {
+        "rows": n_rows,
+        "clean_rows": sum(lab["defect"] == "none" for lab in labels.values()),
+        "filters": {},
+    }
     worst_recall, worst_fp = 1.0, 0.0
     for name, step in filters.items():
         _, dropped = step(rows)
@@ -252,11 +279,17 @@ def bench_quality(n_rows: int) -> dict[str, Any]:
                     fps[key][0] += is_fp
                     fps[key][1] += 1
                 continue
-            targeted = DEFECT_TARGETS[defect] == name or (name == "NearDedupFilter" and defect == "exact_duplicate")
+            targeted = DEFECT_TARGETS[defect] == name or (
+                name == "NearDedupFilter" and defect == "exact_duplicate"
+            )
             if not targeted:
                 continue
             caught = rid in gone or (lab["dup_of"] in gone)
-            for key in ((defect, lab["lang"]), (defect, "tool_call_rows") if lab["agent"] else None, (defect, "all")):
+            for key in (
+                (defect, lab["lang"]),
+                (defect, "tool_call_rows") if lab["agent"] else None,
+                (defect, "all"),
+            ):
                 if key:
                     hits[key][0] += caught
                     hits[key][1] += 1
@@ -284,11 +317,26 @@ def _dedup_rows(n: int) -> list[dict[str, Any]]:
         if i and rng.random() < 0.1:
             rows.append({"id": f"d{i}", "messages": rows[rng.randrange(i)]["messages"]})
             continue
-        a, b = rng.randrange(10 ** 9), rng.randrange(10 ** 9)
-        rows.append({"id": f"d{i}", "messages": [
-            {"role": "system", "content": "You are a careful assistant with a Linux sandbox."},
-            {"role": "user", "content": f"Compute {a} * {b} with python3 and report the exact product, please."},
-            {"role": "assistant", "content": f"Running it in the sandbox: {a} * {b} = {a * b}. Done."}]})
+        a, b = rng.randrange(10**9), rng.randrange(10**9)
+        rows.append(
+            {
+                "id": f"d{i}",
+                "messages": [
+                    {
+                        "role": "system",
+                        "content": "You are a careful assistant with a Linux sandbox.",
+                    },
+                    {
+                        "role": "user",
+                        "content": f"Compute {a} * {b} with python3 and report the exact product, please.",
+                    },
+                    {
+                        "role": "assistant",
+                        "content": f"Running it in the sandbox: {a} * {b} = {a * b}. Done.",
+                    },
+                ],
+            }
+        )
     return rows
 
 
@@ -303,13 +351,16 @@ def _naive_dedup(rows: list[dict[str, Any]]) -> tuple[list, list]:
         msgs = row["messages"]
         user = next((m["content"] for m in msgs if m.get("role") == "user"), "")
         asst = next((m["content"] for m in msgs if m.get("role") == "assistant"), "")
-        sig = hashlib.md5(json.dumps([user[:100], user[-100:], asst[:100], asst[-100:]]).encode()).hexdigest()
+        sig = hashlib.md5(
+            json.dumps([user[:100], user[-100:], asst[:100], asst[-100:]]).encode()
+        ).hexdigest()
         size = len(json.dumps(msgs))
         if sig not in best or size > best[sig][0]:
             best[sig] = (size, i)
     keep = {i for _, i in best.values()}
-    return [r for i, r in enumerate(rows) if i in keep], [dict(r, drop_reason="duplicate")
-                                                           for i, r in enumerate(rows) if i not in keep]
+    return [r for i, r in enumerate(rows) if i in keep], [
+        dict(r, drop_reason="duplicate") for i, r in enumerate(rows) if i not in keep
+    ]
 
 
 def dedup_child(n: int, which: str) -> dict[str, Any]:
@@ -321,9 +372,15 @@ def dedup_child(n: int, which: str) -> dict[str, Any]:
     kept, dropped = step(rows)
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"rows": n, "kept": len(kept), "dropped": len(dropped), "seconds_cpu": round(cpu, 2),
-            "seconds_wall": round(wall, 2), "rows_per_s": _rate(n, cpu),
-            "peak_mb_above_loaded_data": round(max(peak - base, 0) / 2 ** 20, 1)}
+    return {
+        "rows": n,
+        "kept": len(kept),
+        "dropped": len(dropped),
+        "seconds_cpu": round(cpu, 2),
+        "seconds_wall": round(wall, 2),
+        "rows_per_s": _rate(n, cpu),
+        "peak_mb_above_loaded_data": round(max(peak - base, 0) / 2**20, 1),
+    }
 
 
 def bench_dedup(n: int) -> dict[str, Any]:
@@ -331,8 +388,12 @@ def bench_dedup(n: int) -> dict[str, Any]:
         return {"skipped": "twinkle.preprocessor.dedup_filter.DedupFilter not available"}
     out = {}
     for which in ("ours", "naive"):
-        proc = subprocess.run([sys.executable, __file__, "--dedup-child", str(n), which],
-                              capture_output=True, text=True, timeout=900)
+        proc = subprocess.run(
+            [sys.executable, __file__, "--dedup-child", str(n), which],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         if proc.returncode != 0:
             return {"error": proc.stderr[-2000:]}
         out[which] = json.loads(proc.stdout)
@@ -342,7 +403,9 @@ def bench_dedup(n: int) -> dict[str, Any]:
 
 def main() -> None:
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(var, "1")  # one core: numpy (imported lazily by the filters) must not spawn threads
+        os.environ.setdefault(
+            var, "1"
+        )  # one core: numpy (imported lazily by the filters) must not spawn threads
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes for a fast check")
     parser.add_argument("--repeats", type=int, default=3)
@@ -351,7 +414,9 @@ def main() -> None:
     if args.dedup_child:
         print(json.dumps(dedup_child(int(args.dedup_child[0]), args.dedup_child[1])))
         return
-    speed_rows, quality_rows, dedup_rows = (600, 1500, 100_000) if args.quick else (3000, 8000, 1_000_000)
+    speed_rows, quality_rows, dedup_rows = (
+        (600, 1500, 100_000) if args.quick else (3000, 8000, 1_000_000)
+    )
     speed = bench_speed(speed_rows, 2 if args.quick else args.repeats)
     quality = bench_quality(quality_rows)
     dedup = bench_dedup(dedup_rows)
@@ -364,9 +429,14 @@ def main() -> None:
             "chain_rows_per_s>=5000": speed["chain"]["rows_per_s"] >= 5000,
             "recall>=0.95": quality["worst_recall"] >= 0.95,
             "rule_filter_fp<=0.005": quality["worst_rule_filter_fp_rate"] <= 0.005,
-            "dedup_1m_under_10s_cpu": (dedup.get("ours", {}).get("seconds_cpu", 1e9) < 10) if not args.quick else None,
-            "dedup_peak_under_150mb": (dedup.get("ours", {}).get("peak_mb_above_loaded_data", 1e9) < 150)
-            if not args.quick else None,
+            "dedup_1m_under_10s_cpu": (dedup.get("ours", {}).get("seconds_cpu", 1e9) < 10)
+            if not args.quick
+            else None,
+            "dedup_peak_under_150mb": (
+                dedup.get("ours", {}).get("peak_mb_above_loaded_data", 1e9) < 150
+            )
+            if not args.quick
+            else None,
         },
     }
     print(json.dumps(result, indent=1, ensure_ascii=False))

@@ -48,18 +48,29 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 def bench_twinkle_run(tmp: Path) -> dict:
     work = tmp / "run"
     work.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "MLFLOW_TRACKING"))}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "MLFLOW_TRACKING"))
+    }
     env["PREFECT_HOME"] = str(tmp / "prefect-home-cold")
     twinkle = str(Path(sys.executable).with_name("twinkle"))
     started = time.perf_counter()
-    done = subprocess.run([twinkle, "run", "--json"], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [twinkle, "run", "--json"], cwd=work, env=env, capture_output=True, text=True, timeout=600
+    )
     wall = time.perf_counter() - started
     if done.returncode != 0:
         return {"error": done.stderr[-2000:], "wall_s": wall}
     summary = json.loads(done.stdout.strip().splitlines()[-1])
-    return {"wall_s": round(wall, 2), "target_s": 60, "ok": wall < 60, "rows_in": summary["rows_in"],
-            "rows_out": summary["rows_out"], "trajectories": summary["trajectories"],
-            "reward_mean": summary["reward_mean"], "traces": summary["traces_written"]}
+    return {
+        "wall_s": round(wall, 2),
+        "target_s": 60,
+        "ok": wall < 60,
+        "rows_in": summary["rows_in"],
+        "rows_out": summary["rows_out"],
+        "trajectories": summary["trajectories"],
+        "reward_mean": summary["reward_mean"],
+        "traces": summary["traces_written"],
+    }
 
 
 def _dataset(tmp: Path, n_rows: int) -> str:
@@ -82,8 +93,9 @@ def _inprocess_sandbox_server():
         yield SandboxEndpoint({"api_url": srv.url, "api_key": srv.api_key})
 
 
-def baseline_stages(path: str, out: Path, n_traj: int, filters: list[str], concurrency: int,
-                    server: str = "child") -> dict:
+def baseline_stages(
+    path: str, out: Path, n_traj: int, filters: list[str], concurrency: int, server: str = "child"
+) -> dict:
     """The same library calls as the flow's tasks, in one process, no Prefect, no MLflow.
 
     The sandbox server runs as the flow runs it: a child process (``twinkle sandbox serve``,
@@ -109,9 +121,13 @@ def baseline_stages(path: str, out: Path, n_traj: int, filters: list[str], concu
 
     out.mkdir(parents=True)
     t0 = time.perf_counter()
-    with (sandbox_endpoint(SandboxParams()) if server == "child" else _inprocess_sandbox_server()) as endpoint:
+    with (
+        sandbox_endpoint(SandboxParams()) if server == "child" else _inprocess_sandbox_server()
+    ) as endpoint:
         rows = read_rows_list([path])
-        kept, _ = curate_rows(rows, build_pipeline(["dedup"]), dropped_log_path=str(out / "d1.jsonl"))
+        kept, _ = curate_rows(
+            rows, build_pipeline(["dedup"]), dropped_log_path=str(out / "d1.jsonl")
+        )
         kept, _ = curate_rows(kept, build_pipeline(filters), dropped_log_path=str(out / "d2.jsonl"))
         write_rows(str(out / "curated.jsonl"), kept)
         t1 = time.perf_counter()
@@ -120,16 +136,24 @@ def baseline_stages(path: str, out: Path, n_traj: int, filters: list[str], concu
         srv = endpoint()
 
         def one(_):
-            env = AgentEnv("base", api_url=srv["api_url"], api_key=srv["api_key"], command_timeout=60)
+            env = AgentEnv(
+                "base", api_url=srv["api_url"], api_key=srv["api_key"], command_timeout=60
+            )
             env.reset()
             return env
 
         with ThreadPoolExecutor(concurrency) as pool:
             envs = list(pool.map(one, range(len(prompts))))
         t_prov = time.perf_counter()
-        rollout = APIMultiTurnRollout(api, tool_manager=[ToolManager(EnvTool.from_env(e)) for e in envs],
-                                      sampling_params=SamplingParams(temperature=0.0, max_tokens=1024),
-                                      max_turns=8, concurrency=concurrency, tool_timeout_s=60, request_timeout_s=120)
+        rollout = APIMultiTurnRollout(
+            api,
+            tool_manager=[ToolManager(EnvTool.from_env(e)) for e in envs],
+            sampling_params=SamplingParams(temperature=0.0, max_tokens=1024),
+            max_turns=8,
+            concurrency=concurrency,
+            tool_timeout_s=60,
+            request_timeout_s=120,
+        )
         outs = rollout(prompts)
         for e in envs:
             e.close()
@@ -138,12 +162,25 @@ def baseline_stages(path: str, out: Path, n_traj: int, filters: list[str], concu
         t.update(rewards=s["rewards"])
     write_rows(str(out / "scored.jsonl"), outs)
     t2 = time.perf_counter()
-    return {"curation_s": t1 - t0, "rollout_s": t2 - t1, "provision_s": t_prov - t1, "total_s": t2 - t0,
-            "trajectories": len(outs)}
+    return {
+        "curation_s": t1 - t0,
+        "rollout_s": t2 - t1,
+        "provision_s": t_prov - t1,
+        "total_s": t2 - t0,
+        "trajectories": len(outs),
+    }
 
 
-def flow_stages(path: str, out: Path, n_traj: int, filters: list[str], concurrency: int, n_rows: int,
-                sample_rate: float = 1.0, **rollout_kw) -> dict:
+def flow_stages(
+    path: str,
+    out: Path,
+    n_traj: int,
+    filters: list[str],
+    concurrency: int,
+    n_rows: int,
+    sample_rate: float = 1.0,
+    **rollout_kw,
+) -> dict:
     from flows.params import CurationParams, RolloutParams, RunParams, TrackingParams
     from flows.pipeline import pipeline_flow
 
@@ -151,21 +188,32 @@ def flow_stages(path: str, out: Path, n_traj: int, filters: list[str], concurren
     workers = 2
     cur = CurationParams(inputs=[path], pii="off", filters=filters)
     rol = RolloutParams(tasks=[], limit=n_traj, concurrency=concurrency, **rollout_kw)
-    tracking = TrackingParams(tracking_uri=f"sqlite:///{out}-mlflow.db", artifact_location=f"{out}-mlruns",
-                              trace_sample_rate=sample_rate)
+    tracking = TrackingParams(
+        tracking_uri=f"sqlite:///{out}-mlflow.db",
+        artifact_location=f"{out}-mlruns",
+        trace_sample_rate=sample_rate,
+    )
     # The tracking store is a service (like the Prefect API): created before timing, timed apart.
     from twinkle.tracking import MLflowTracker
 
     s0 = time.perf_counter()
-    MLflowTracker(tracking.tracking_uri, tracking.experiment, tracking.artifact_location).experiment_id
+    MLflowTracker(
+        tracking.tracking_uri, tracking.experiment, tracking.artifact_location
+    ).experiment_id
     setup = time.perf_counter() - s0
     t0 = time.perf_counter()
     summary = pipeline_flow(cur, rol, tracking, RunParams(output_dir=str(out), workers=workers))
-    return {"total_s": time.perf_counter() - t0, "trajectories": summary["trajectories"],
-            "traces": summary["traces_written"], "store_setup_s": setup,
-            "curation_s": summary["curation_s"], "rollout_stage_s": summary["seconds"],
-            "provision_s": summary["provision_s"], "rollout_s": summary["rollout_s"],
-            "trace_write_s": summary["trace_stats"].get("seconds", 0.0)}
+    return {
+        "total_s": time.perf_counter() - t0,
+        "trajectories": summary["trajectories"],
+        "traces": summary["traces_written"],
+        "store_setup_s": setup,
+        "curation_s": summary["curation_s"],
+        "rollout_stage_s": summary["seconds"],
+        "provision_s": summary["provision_s"],
+        "rollout_s": summary["rollout_s"],
+        "trace_write_s": summary["trace_stats"].get("seconds", 0.0),
+    }
 
 
 def bench_overhead(tmp: Path, n_rows: int, n_traj: int, concurrency: int, repeats: int = 3) -> dict:
@@ -182,41 +230,80 @@ def bench_overhead(tmp: Path, n_rows: int, n_traj: int, concurrency: int, repeat
     # MLflow-run overhead from the CPU the trace writer takes.
     rounds = []
     for k in range(repeats + 1):
-        rounds.append((baseline_stages(path, tmp / f"base{k}", n_traj, filters, concurrency),
-                       flow_stages(path, tmp / f"flow{k}", n_traj, filters, concurrency, n_rows),
-                       flow_stages(path, tmp / f"flow-untraced{k}", n_traj, filters, concurrency, n_rows,
-                                   sample_rate=0.0)))
-    plain = baseline_stages(path, tmp / "base-inprocess", n_traj, filters, concurrency, server="inprocess")
+        rounds.append(
+            (
+                baseline_stages(path, tmp / f"base{k}", n_traj, filters, concurrency),
+                flow_stages(path, tmp / f"flow{k}", n_traj, filters, concurrency, n_rows),
+                flow_stages(
+                    path,
+                    tmp / f"flow-untraced{k}",
+                    n_traj,
+                    filters,
+                    concurrency,
+                    n_rows,
+                    sample_rate=0.0,
+                ),
+            )
+        )
+    plain = baseline_stages(
+        path, tmp / "base-inprocess", n_traj, filters, concurrency, server="inprocess"
+    )
     cold, warm = rounds[0], rounds[1:]
     paired = [f["total_s"] / d["total_s"] - 1 for d, f, _ in warm]
     paired_untraced = [u["total_s"] / d["total_s"] - 1 for d, _, u in warm]
     ratio = statistics.median(paired)
-    base, flow, _ = warm[min(range(len(warm)), key=lambda i: abs(paired[i] - ratio))]  # the median round
+    base, flow, _ = warm[
+        min(range(len(warm)), key=lambda i: abs(paired[i] - ratio))
+    ]  # the median round
     fastest = min(f["total_s"] for _, f, _ in warm) / min(d["total_s"] for d, _, _ in warm) - 1
-    return {"rows": n_rows, "trajectories": flow["trajectories"], "traces": flow["traces"], "rounds": len(warm),
-            "stages_direct_runs_s": [round(d["total_s"], 2) for d, _, _ in warm],
-            "flow_runs_s": [round(f["total_s"], 2) for _, f, _ in warm],
-            "flow_untraced_runs_s": [round(u["total_s"], 2) for _, _, u in warm],
-            "overhead_ratio_runs": [round(r, 3) for r in paired],
-            "overhead_untraced_ratio_runs": [round(r, 3) for r in paired_untraced],
-            "overhead_ratio": round(ratio, 3), "target_ratio": 0.15, "ok": ratio < 0.15,
-            "overhead_untraced_ratio": round(statistics.median(paired_untraced), 3),
-            # The fastest flow against the fastest direct run: one lucky run moves it most.
-            "overhead_ratio_fastest_runs": round(fastest, 3),
-            "cold_round": {"stages_direct_s": round(cold[0]["total_s"], 2), "flow_s": round(cold[1]["total_s"], 2),
-                           "overhead_ratio": round(cold[1]["total_s"] / cold[0]["total_s"] - 1, 3)},
-            "median_round": {
-                "stages_direct_s": round(base["total_s"], 2), "flow_s": round(flow["total_s"], 2),
-                "direct_parts_s": {k: round(base[k], 2) for k in ("curation_s", "provision_s", "rollout_s")},
-                "flow_parts_s": {k: round(flow[k], 2) for k in ("curation_s", "rollout_stage_s", "provision_s",
-                                                                "rollout_s", "trace_write_s")},
-                # Wall time in the (low-priority) writer process, not CPU: see trace_write for CPU.
-                "trace_write_wall_ms_per_trace": round(1000 * flow["trace_write_s"] / max(1, flow["traces"]), 2)},
-            "mlflow_store_setup_s": round(flow["store_setup_s"], 2),
-            # Against the library's plain use (sandbox server in-process, one run): the flow's
-            # child-process server is part of its gain there, so this is not the figure judged.
-            "stages_direct_inprocess_server_s": round(plain["total_s"], 2),
-            "overhead_vs_inprocess_server_ratio": round(flow["total_s"] / plain["total_s"] - 1, 3)}
+    return {
+        "rows": n_rows,
+        "trajectories": flow["trajectories"],
+        "traces": flow["traces"],
+        "rounds": len(warm),
+        "stages_direct_runs_s": [round(d["total_s"], 2) for d, _, _ in warm],
+        "flow_runs_s": [round(f["total_s"], 2) for _, f, _ in warm],
+        "flow_untraced_runs_s": [round(u["total_s"], 2) for _, _, u in warm],
+        "overhead_ratio_runs": [round(r, 3) for r in paired],
+        "overhead_untraced_ratio_runs": [round(r, 3) for r in paired_untraced],
+        "overhead_ratio": round(ratio, 3),
+        "target_ratio": 0.15,
+        "ok": ratio < 0.15,
+        "overhead_untraced_ratio": round(statistics.median(paired_untraced), 3),
+        # The fastest flow against the fastest direct run: one lucky run moves it most.
+        "overhead_ratio_fastest_runs": round(fastest, 3),
+        "cold_round": {
+            "stages_direct_s": round(cold[0]["total_s"], 2),
+            "flow_s": round(cold[1]["total_s"], 2),
+            "overhead_ratio": round(cold[1]["total_s"] / cold[0]["total_s"] - 1, 3),
+        },
+        "median_round": {
+            "stages_direct_s": round(base["total_s"], 2),
+            "flow_s": round(flow["total_s"], 2),
+            "direct_parts_s": {
+                k: round(base[k], 2) for k in ("curation_s", "provision_s", "rollout_s")
+            },
+            "flow_parts_s": {
+                k: round(flow[k], 2)
+                for k in (
+                    "curation_s",
+                    "rollout_stage_s",
+                    "provision_s",
+                    "rollout_s",
+                    "trace_write_s",
+                )
+            },
+            # Wall time in the (low-priority) writer process, not CPU: see trace_write for CPU.
+            "trace_write_wall_ms_per_trace": round(
+                1000 * flow["trace_write_s"] / max(1, flow["traces"]), 2
+            ),
+        },
+        "mlflow_store_setup_s": round(flow["store_setup_s"], 2),
+        # Against the library's plain use (sandbox server in-process, one run): the flow's
+        # child-process server is part of its gain there, so this is not the figure judged.
+        "stages_direct_inprocess_server_s": round(plain["total_s"], 2),
+        "overhead_vs_inprocess_server_ratio": round(flow["total_s"] / plain["total_s"] - 1, 3),
+    }
 
 
 def bench_trace_write(tmp: Path, n_traj: int, batch: int = 32) -> dict:
@@ -236,27 +323,34 @@ def bench_trace_write(tmp: Path, n_traj: int, batch: int = 32) -> dict:
         uri = f"sqlite:///{tmp}/trace-write-{label}.db"
         exp = MLflowTracker(uri, "trace-write", f"{tmp}/trace-write-{label}-mlruns").experiment_id
         writer = TraceWriter(uri, exp, f"bench-{label}")
-        writer.write(rows[:2], rewards[:2], keys=["warm-0", "warm-1"], existing=set())  # imports, engine
+        writer.write(
+            rows[:2], rewards[:2], keys=["warm-0", "warm-1"], existing=set()
+        )  # imports, engine
         store = MlflowClient(uri)._tracking_client.store
         t0 = time.process_time()
         for b in range(0, len(rows), batch):
-            part = rows[b:b + batch]
+            part = rows[b : b + batch]
             keys = [f"k{b + i}" for i in range(len(part))]
             if label == "twinkle_bulk":
-                writer.write(part, rewards[b:b + batch], keys=keys, existing=set())
+                writer.write(part, rewards[b : b + batch], keys=keys, existing=set())
                 continue
-            pending = [writer._entities(writer.trace_id_for(k), k, t, build_spans(t), r)
-                       for k, t, r in zip(keys, part, rewards[b:b + batch])]
+            pending = [
+                writer._entities(writer.trace_id_for(k), k, t, build_spans(t), r)
+                for k, t, r in zip(keys, part, rewards[b : b + batch])
+            ]
             for info, _ in pending:
                 store.start_trace(info)
             store.log_spans(exp, [s for _, spans in pending for s in spans])
         out[label] = time.process_time() - t0
     n = len(rows)
-    return {"traces": n, "batch": batch,
-            "plain_store_api_ms_per_trace": round(1000 * out["plain_store_api"] / n, 2),
-            "twinkle_ms_per_trace": round(1000 * out["twinkle_bulk"] / n, 2),
-            "speedup": round(out["plain_store_api"] / out["twinkle_bulk"], 2),
-            "twinkle_traces_per_cpu_s": round(n / out["twinkle_bulk"], 1)}
+    return {
+        "traces": n,
+        "batch": batch,
+        "plain_store_api_ms_per_trace": round(1000 * out["plain_store_api"] / n, 2),
+        "twinkle_ms_per_trace": round(1000 * out["twinkle_bulk"] / n, 2),
+        "speedup": round(out["plain_store_api"] / out["twinkle_bulk"], 2),
+        "twinkle_traces_per_cpu_s": round(n / out["twinkle_bulk"], 1),
+    }
 
 
 def bench_tracing(tmp: Path, n_traj: int, concurrency: int) -> dict:
@@ -268,20 +362,40 @@ def bench_tracing(tmp: Path, n_traj: int, concurrency: int) -> dict:
     from twinkle.synthetic import generate
     from twinkle.testing.openai_server import OpenAIServer
 
-    rows = [r for r in generate(n_traj * 2, seed=11) if any(m.get("role") == "tool" for m in r["messages"])][:n_traj]
+    rows = [
+        r
+        for r in generate(n_traj * 2, seed=11)
+        if any(m.get("role") == "tool" for m in r["messages"])
+    ][:n_traj]
     conv = tmp / "tracing-conv.jsonl"
     conv.write_text("".join(_json.dumps(r) + "\n" for r in rows))
     results = {}
     with OpenAIServer.subprocess(delay_ms=200, policy="tool_then_answer", turns=3) as server:
         # Three of each, alternating, min taken: the machine is shared and one run is noisy.
-        for label, rate in (("untraced", 0.0), ("traced", 1.0), ("untraced_2", 0.0), ("traced_2", 1.0),
-                            ("untraced_3", 0.0), ("traced_3", 1.0)):
-            rol = RolloutParams(conversations=[str(conv)], tasks=[], concurrency=concurrency, max_turns=4,
-                                policy=PolicyParams(base_url=server.base_url, model="m"))
-            tracking = TrackingParams(tracking_uri=f"sqlite:///{tmp}/tracing-{label}.db",
-                                      artifact_location=f"{tmp}/tracing-{label}-mlruns", trace_sample_rate=rate)
+        for label, rate in (
+            ("untraced", 0.0),
+            ("traced", 1.0),
+            ("untraced_2", 0.0),
+            ("traced_2", 1.0),
+            ("untraced_3", 0.0),
+            ("traced_3", 1.0),
+        ):
+            rol = RolloutParams(
+                conversations=[str(conv)],
+                tasks=[],
+                concurrency=concurrency,
+                max_turns=4,
+                policy=PolicyParams(base_url=server.base_url, model="m"),
+            )
+            tracking = TrackingParams(
+                tracking_uri=f"sqlite:///{tmp}/tracing-{label}.db",
+                artifact_location=f"{tmp}/tracing-{label}-mlruns",
+                trace_sample_rate=rate,
+            )
             t0 = time.perf_counter()
-            out = rollout_flow(rol, tracking, RunParams(output_dir=str(tmp / f"tracing-{label}"), workers=2))
+            out = rollout_flow(
+                rol, tracking, RunParams(output_dir=str(tmp / f"tracing-{label}"), workers=2)
+            )
             results[label] = {**out, "flow_s": time.perf_counter() - t0}
     # The rollout flow's whole wall time: whatever tracing adds, overlapped or not, shows up here.
     untraced = min(r["flow_s"] for k, r in results.items() if k.startswith("untraced"))
@@ -290,21 +404,29 @@ def bench_tracing(tmp: Path, n_traj: int, concurrency: int) -> dict:
     med_u = statistics.median(r["flow_s"] for k, r in results.items() if k.startswith("untraced"))
     med_t = statistics.median(r["flow_s"] for k, r in results.items() if k.startswith("traced"))
     tr = results["traced"]["trace_stats"]
-    return {"trajectories": results["traced"]["trajectories"], "endpoint_delay_ms": 200,
-            "runs_s": {k: round(r["flow_s"], 2) for k, r in results.items()},
-            "rollout_flow_untraced_s": round(untraced, 2), "rollout_flow_traced_s": round(traced, 2),
-            "tracing_added_ratio": round((traced - untraced) / untraced, 3), "target_ratio": 0.10,
-            "tracing_added_ratio_median": round((med_t - med_u) / med_u, 3),
-            "ok": (traced - untraced) / untraced < 0.10,
-            "traces": tr["written"], "spans": tr["spans"],
-            "write_cost_per_trace_ms": round(1000 * tr["seconds"] / max(1, tr["written"]), 2),
-            "write_cost_per_span_ms": round(1000 * tr["seconds"] / max(1, tr["spans"]), 3)}
+    return {
+        "trajectories": results["traced"]["trajectories"],
+        "endpoint_delay_ms": 200,
+        "runs_s": {k: round(r["flow_s"], 2) for k, r in results.items()},
+        "rollout_flow_untraced_s": round(untraced, 2),
+        "rollout_flow_traced_s": round(traced, 2),
+        "tracing_added_ratio": round((traced - untraced) / untraced, 3),
+        "target_ratio": 0.10,
+        "tracing_added_ratio_median": round((med_t - med_u) / med_u, 3),
+        "ok": (traced - untraced) / untraced < 0.10,
+        "traces": tr["written"],
+        "spans": tr["spans"],
+        "write_cost_per_trace_ms": round(1000 * tr["seconds"] / max(1, tr["written"]), 2),
+        "write_cost_per_span_ms": round(1000 * tr["seconds"] / max(1, tr["spans"]), 3),
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--skip-run", action="store_true", help="skip the `twinkle run` cold-start figure")
+    ap.add_argument(
+        "--skip-run", action="store_true", help="skip the `twinkle run` cold-start figure"
+    )
     args = ap.parse_args()
     n_rows, n_traj, n_trace = (1000, 50, 32) if args.quick else (10000, 500, 128)
     concurrency = 32
@@ -318,7 +440,9 @@ def main() -> None:
         t0 = time.perf_counter()
         with prefect_test_harness(server_startup_timeout=180):
             result["prefect_api_start_s"] = round(time.perf_counter() - t0, 2)
-            result["overhead"] = bench_overhead(tmp, n_rows, n_traj, concurrency, repeats=1 if args.quick else 3)
+            result["overhead"] = bench_overhead(
+                tmp, n_rows, n_traj, concurrency, repeats=1 if args.quick else 3
+            )
             result["tracing"] = bench_tracing(tmp, n_trace, concurrency)
         result["trace_write"] = bench_trace_write(tmp, 64 if args.quick else 512)
     print(json.dumps(result))

@@ -123,7 +123,9 @@ def bench_score_batch(n: int) -> dict:
     indices = [rng.randrange(len(env)) for _ in range(n)]
     responses = [
         f"Step by step: the total comes to {rng.randint(1, 99)} first, then we adjust. \\boxed{{{answers[i]}}}"
-        if rng.random() < 0.7 else "The answer is 12345." for i in indices
+        if rng.random() < 0.7
+        else "The answer is 12345."
+        for i in indices
     ]
     scorer.score_batch(indices[:100], responses[:100])
 
@@ -175,7 +177,8 @@ def bench_judge(n: int, delay_ms: float = 200.0, concurrency: int = 64, rounds: 
             async def one(messages):
                 async with sem:
                     out = await client.chat.completions.create(
-                        model="judge", messages=messages, temperature=0.0, max_tokens=512)
+                        model="judge", messages=messages, temperature=0.0, max_tokens=512
+                    )
                     return out.choices[0].message.content
 
             try:

@@ -165,8 +165,9 @@ def results_dir(out: Path) -> Path:
 
 def with_storage(task_obj: Any, out: Path, refresh: bool = False) -> Any:
     """``task_obj`` persisting its result under ``out`` (refresh: ignore cached results)."""
-    return task_obj.with_options(result_storage=results_dir(out), persist_result=True,
-                                 refresh_cache=refresh or None)
+    return task_obj.with_options(
+        result_storage=results_dir(out), persist_result=True, refresh_cache=refresh or None
+    )
 
 
 def task_runner_for(ray_address: str | None, workers: int) -> Any:
@@ -175,7 +176,9 @@ def task_runner_for(ray_address: str | None, workers: int) -> Any:
         try:
             from prefect_ray import RayTaskRunner
         except ImportError as exc:
-            raise ImportError("ray_address needs the 'ray' extra: pip install 'twinkle[ray]'") from exc
+            raise ImportError(
+                "ray_address needs the 'ray' extra: pip install 'twinkle[ray]'"
+            ) from exc
         return RayTaskRunner(address=ray_address)
     from prefect.task_runners import ThreadPoolTaskRunner
 
@@ -212,14 +215,18 @@ class Tracking:
         return self.tracker.start_stage(self.run_id, self.run_key, name)
 
 
-def tracking_target(tracking_uri: str | None, artifact_location: str | None) -> tuple[str, str | None]:
+def tracking_target(
+    tracking_uri: str | None, artifact_location: str | None
+) -> tuple[str, str | None]:
     """The MLflow URI and artifact root: the given URI, else ``MLFLOW_TRACKING_URI``, else
     ``./mlflow.db`` with artifacts in ``./mlruns`` (absolute paths)."""
     tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if tracking_uri:
         if artifact_location is None and tracking_uri.startswith("sqlite:///"):
             # Beside the database, never relative to whatever directory the flow runs in.
-            artifact_location = str(Path(tracking_uri[len("sqlite:///"):]).resolve().parent / "mlruns")
+            artifact_location = str(
+                Path(tracking_uri[len("sqlite:///") :]).resolve().parent / "mlruns"
+            )
         return tracking_uri, artifact_location
     cwd = Path.cwd().resolve()
     return f"sqlite:///{cwd / 'mlflow.db'}", artifact_location or str(cwd / "mlruns")

@@ -69,18 +69,37 @@ def dedup_rows(inputs: list[str], names: list[str], fp: str, out: str) -> dict[s
         log = _dropped_log(work_path(out, "dedup", fp, ".dropped.jsonl"))
         kept, stats = curate_rows(rows, build_pipeline(names), dropped_log_path=log)
         position = {id(r): i for i, r in enumerate(rows)}
-        if any(id(r) not in position for r in kept):  # a dedup step that copies rows breaks positions
-            raise RuntimeError(f"dedup steps {names} returned new row objects; positions need the originals")
+        if any(
+            id(r) not in position for r in kept
+        ):  # a dedup step that copies rows breaks positions
+            raise RuntimeError(
+                f"dedup steps {names} returned new row objects; positions need the originals"
+            )
         keep, steps = [position[id(r)] for r in kept], stats.as_dict()["steps"]
     path = work_path(out, "dedup", fp, ".json")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(keep))
-    return {"path": path, "fingerprint": fp, "rows_in": len(rows), "rows": len(keep), "steps": steps, "log": log}
+    return {
+        "path": path,
+        "fingerprint": fp,
+        "rows_in": len(rows),
+        "rows": len(keep),
+        "steps": steps,
+        "log": log,
+    }
 
 
 @task(name="run-filters", task_run_name="run-filters-{shard}", cache_key_fn=stage_key)
-def run_filters(inputs: list[str], kept_path: str, start: int, end: int, shard: int, names: list[str],
-                fp: str, out: str) -> dict[str, Any]:
+def run_filters(
+    inputs: list[str],
+    kept_path: str,
+    start: int,
+    end: int,
+    shard: int,
+    names: list[str],
+    fp: str,
+    out: str,
+) -> dict[str, Any]:
     """The per-batch quality filters over rows ``[start, end)`` of the deduplicated rows."""
     from twinkle.preprocessor.chain import build_pipeline, curate_rows
 
@@ -90,7 +109,13 @@ def run_filters(inputs: list[str], kept_path: str, start: int, end: int, shard: 
     kept, stats = curate_rows([rows[i] for i in keep], build_pipeline(names), dropped_log_path=log)
     path = work_path(out, "filters", fp)
     n = write_work_rows(path, kept)
-    return {"path": path, "fingerprint": fp, "rows": n, "steps": stats.as_dict()["steps"], "log": log}
+    return {
+        "path": path,
+        "fingerprint": fp,
+        "rows": n,
+        "steps": stats.as_dict()["steps"],
+        "log": log,
+    }
 
 
 def pii_available() -> str | None:
@@ -110,16 +135,30 @@ def rewrite_pii(source: str, shard: int, fp: str, out: str) -> dict[str, Any]:
     from twinkle.preprocessor.pii_presidio_filter import PIIPresidioFilter
 
     log = _dropped_log(work_path(out, "pii", fp, ".dropped.jsonl"))
-    kept, stats = curate_rows(read_rows_cached([source]), [Stage("pii", PIIPresidioFilter(), False)],
-                              dropped_log_path=log)
+    kept, stats = curate_rows(
+        read_rows_cached([source]), [Stage("pii", PIIPresidioFilter(), False)], dropped_log_path=log
+    )
     path = work_path(out, "pii", fp)
     n = write_work_rows(path, kept)
-    return {"path": path, "fingerprint": fp, "rows": n, "steps": stats.as_dict()["steps"], "log": log}
+    return {
+        "path": path,
+        "fingerprint": fp,
+        "rows": n,
+        "steps": stats.as_dict()["steps"],
+        "log": log,
+    }
 
 
-@task(name="write-curated", task_run_name="write-curated", cache_key_fn=stage_key, retries=2, retry_delay_seconds=1)
-def write_curated(shards: list[str], logs: list[str], curated_path: str, dropped_path: str,
-                  fp: str) -> dict[str, Any]:
+@task(
+    name="write-curated",
+    task_run_name="write-curated",
+    cache_key_fn=stage_key,
+    retries=2,
+    retry_delay_seconds=1,
+)
+def write_curated(
+    shards: list[str], logs: list[str], curated_path: str, dropped_path: str, fp: str
+) -> dict[str, Any]:
     """The curated file (the shards' rows, in order) and the merged dropped log (``{step, reason, row}`` lines)."""
     from twinkle.io import write_rows
 
@@ -141,7 +180,13 @@ def merge_steps(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     for steps in parts:
         shard = PipelineStats()
         for st in steps:
-            shard.record(st["step"], st["rows_in"], st["rows_out"], st.get("dropped") or {}, st.get("seconds", 0.0))
+            shard.record(
+                st["step"],
+                st["rows_in"],
+                st["rows_out"],
+                st.get("dropped") or {},
+                st.get("seconds", 0.0),
+            )
         total.merge(shard)
     return total.as_dict()["steps"]
 
@@ -160,11 +205,16 @@ def run_curation(params: CurationParams, run: RunParams) -> dict[str, Any]:
     source = files_fingerprint(params.inputs)
     fp = fingerprint("dedup", source, dedup_names)
     deduped = stage_task(dedup_rows, out, refresh, work_path(o, "dedup", fp, ".json"))(
-        params.inputs, dedup_names, fp, o)
+        params.inputs, dedup_names, fp, o
+    )
     ranges = spans(deduped["rows"], params.shard_size if run.ray_address else None)
     fps = [fingerprint("filters", fp, a, b, params.filters) for a, b in ranges]
-    futures = [stage_task(run_filters, out, refresh, work_path(o, "filters", fps[k])).submit(
-        params.inputs, deduped["path"], a, b, k, params.filters, fps[k], o) for k, (a, b) in enumerate(ranges)]
+    futures = [
+        stage_task(run_filters, out, refresh, work_path(o, "filters", fps[k])).submit(
+            params.inputs, deduped["path"], a, b, k, params.filters, fps[k], o
+        )
+        for k, (a, b) in enumerate(ranges)
+    ]
     filtered = [f.result() for f in futures]
     parts = [deduped["steps"]] + [f["steps"] for f in filtered]
     logs = [deduped["log"]] + [f["log"] for f in filtered]
@@ -176,8 +226,12 @@ def run_curation(params: CurationParams, run: RunParams) -> dict[str, Any]:
             raise RuntimeError(f"pii='on' but the PII step cannot run: {pii_reason}")
     if pii_reason is None:
         fps = [fingerprint("pii", f["fingerprint"]) for f in filtered]
-        futures = [stage_task(rewrite_pii, out, refresh, work_path(o, "pii", fps[k])).submit(
-            f["path"], k, fps[k], o) for k, f in enumerate(filtered)]
+        futures = [
+            stage_task(rewrite_pii, out, refresh, work_path(o, "pii", fps[k])).submit(
+                f["path"], k, fps[k], o
+            )
+            for k, f in enumerate(filtered)
+        ]
         filtered = [f.result() for f in futures]
         parts += [f["steps"] for f in filtered]
         logs += [f["log"] for f in filtered]
@@ -185,43 +239,73 @@ def run_curation(params: CurationParams, run: RunParams) -> dict[str, Any]:
     dropped_path = str(out / "curated" / f"{params.dataset}.dropped.jsonl")
     wfp = fingerprint("write", [f["fingerprint"] for f in filtered], curated_path, dropped_path)
     written = stage_task(write_curated, out, refresh, curated_path, dropped_path)(
-        [f["path"] for f in filtered], logs, curated_path, dropped_path, wfp)
+        [f["path"] for f in filtered], logs, curated_path, dropped_path, wfp
+    )
     return {
-        "rows_in": deduped["rows_in"], "rows_out": written["rows_out"], "dropped": written["dropped"],
-        "steps": merge_steps(parts), "curated_path": curated_path, "dropped_path": dropped_path,
+        "rows_in": deduped["rows_in"],
+        "rows_out": written["rows_out"],
+        "dropped": written["dropped"],
+        "steps": merge_steps(parts),
+        "curated_path": curated_path,
+        "dropped_path": dropped_path,
         "fingerprint": written["fingerprint"],
         "pii": "ran" if pii_reason is None else f"skipped: {pii_reason}",
-        "settings": params.model_dump(), "seconds": time.perf_counter() - started,
+        "settings": params.model_dump(),
+        "seconds": time.perf_counter() - started,
     }
 
 
 def publish_curation(result: dict[str, Any]) -> None:
     """Prefect artifacts: the drop-reason table and a markdown summary (stable keys)."""
-    table = [{"step": st["step"], "reason": reason, "rows": n}
-             for st in result["steps"] for reason, n in sorted((st.get("dropped") or {}).items())]
-    create_table_artifact(key="curation-drop-reasons", table=table or [{"step": "-", "reason": "none", "rows": 0}],
-                          description="Rows dropped per curation step and reason.")
-    create_markdown_artifact(key="curation-summary", markdown="\n".join([
-        "# Curation",
-        f"- rows in: **{result['rows_in']}**, rows out: **{result['rows_out']}**, dropped: **{result['dropped']}**",
-        f"- PII step: {result['pii']}",
-        f"- curated data: `{result['curated_path']}`",
-        f"- dropped log: `{result['dropped_path']}`",
-    ]), description="Curation summary.")
+    table = [
+        {"step": st["step"], "reason": reason, "rows": n}
+        for st in result["steps"]
+        for reason, n in sorted((st.get("dropped") or {}).items())
+    ]
+    create_table_artifact(
+        key="curation-drop-reasons",
+        table=table or [{"step": "-", "reason": "none", "rows": 0}],
+        description="Rows dropped per curation step and reason.",
+    )
+    create_markdown_artifact(
+        key="curation-summary",
+        markdown="\n".join(
+            [
+                "# Curation",
+                f"- rows in: **{result['rows_in']}**, rows out: **{result['rows_out']}**, dropped: **{result['dropped']}**",
+                f"- PII step: {result['pii']}",
+                f"- curated data: `{result['curated_path']}`",
+                f"- dropped log: `{result['dropped_path']}`",
+            ]
+        ),
+        description="Curation summary.",
+    )
 
 
 @flow(name="twinkle-curation", log_prints=True)
-def curation_flow(curation: CurationParams | None = None, tracking: TrackingParams | None = None,
-             run: RunParams | None = None) -> dict[str, Any]:
+def curation_flow(
+    curation: CurationParams | None = None,
+    tracking: TrackingParams | None = None,
+    run: RunParams | None = None,
+) -> dict[str, Any]:
     """Curate conversation datasets and record the run in MLflow."""
-    curation, tracking, run = curation or CurationParams(), tracking or TrackingParams(), run or RunParams()
+    curation, tracking, run = (
+        curation or CurationParams(),
+        tracking or TrackingParams(),
+        run or RunParams(),
+    )
     if needs_ray_switch(run.ray_address):
         # The Ray run is a subflow: key MLflow by this flow run (the one a retry reuses), not by it.
         tracking = tracking.model_copy(update={"run_key": tracking.run_key or flow_run_id()})
-        return curation_flow.with_options(task_runner=task_runner_for(run.ray_address, run.workers))(
-            curation, tracking, run)
-    ctx = start_tracking(tracking, tracking.run_key or flow_run_id(), "twinkle-curation",
-                         {"curation": curation.model_dump(), "run": run.model_dump()})
+        return curation_flow.with_options(
+            task_runner=task_runner_for(run.ray_address, run.workers)
+        )(curation, tracking, run)
+    ctx = start_tracking(
+        tracking,
+        tracking.run_key or flow_run_id(),
+        "twinkle-curation",
+        {"curation": curation.model_dump(), "run": run.model_dump()},
+    )
     result = run_curation(curation, run)
     log_curation(ctx, result)
     publish_curation(result)

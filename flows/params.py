@@ -42,32 +42,59 @@ class _Params(BaseModel):
 class CurationParams(_Params):
     """Curation: load -> dedup -> quality filters -> PII rewrite -> curated data + dropped log."""
 
-    inputs: list[str] = Field(default_factory=lambda: _examples("conversations.jsonl"),
-                              description="JSONL or Parquet files of conversation rows.", min_length=1)
-    dataset: str = Field("examples", description="Dataset name: MLflow tag and output file prefix.",
-                         pattern=r"^[A-Za-z0-9_.-]+$")
+    inputs: list[str] = Field(
+        default_factory=lambda: _examples("conversations.jsonl"),
+        description="JSONL or Parquet files of conversation rows.",
+        min_length=1,
+    )
+    dataset: str = Field(
+        "examples",
+        description="Dataset name: MLflow tag and output file prefix.",
+        pattern=r"^[A-Za-z0-9_.-]+$",
+    )
     dedup: bool = Field(True, description="Drop exact duplicate conversations (DedupFilter).")
-    near_dedup: bool = Field(False, description="Also drop near duplicates (NearDedupFilter, MinHash).")
-    filters: list[str] = Field(default_factory=lambda: list(DEFAULT_FILTERS),
-                               description="Curation steps in order, by twinkle.preprocessor.chain name "
-                                           "(model, hard, deadloop, refuse, soup, normalize).")
-    shard_size: int = Field(2000, ge=1, le=1_000_000, description="Rows per filter task under a Ray task runner "
-                                                                         "(the thread-pool runner runs one task).")
+    near_dedup: bool = Field(
+        False, description="Also drop near duplicates (NearDedupFilter, MinHash)."
+    )
+    filters: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_FILTERS),
+        description="Curation steps in order, by twinkle.preprocessor.chain name "
+        "(model, hard, deadloop, refuse, soup, normalize).",
+    )
+    shard_size: int = Field(
+        2000,
+        ge=1,
+        le=1_000_000,
+        description="Rows per filter task under a Ray task runner "
+        "(the thread-pool runner runs one task).",
+    )
     pii: Literal["auto", "on", "off"] = Field(
-        "auto", description="PII rewrite: 'auto' runs it when the pii extra is installed, 'on' requires it.")
+        "auto",
+        description="PII rewrite: 'auto' runs it when the pii extra is installed, 'on' requires it.",
+    )
 
 
 class PolicyParams(_Params):
     """The policy model: an OpenAI-compatible endpoint, or replay of the recorded turns."""
 
-    base_url: str | None = Field(None, description="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1. "
-                                                   "Empty: replay the recorded assistant turns.")
+    base_url: str | None = Field(
+        None,
+        description="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1. "
+        "Empty: replay the recorded assistant turns.",
+    )
     model: str | None = Field(None, description="Model name served at base_url.")
-    api_key_env: str | None = Field(None, description="Name of the environment variable holding the API key "
-                                                      "(the key itself is never a parameter).")
+    api_key_env: str | None = Field(
+        None,
+        description="Name of the environment variable holding the API key "
+        "(the key itself is never a parameter).",
+    )
     temperature: float = Field(0.0, ge=0.0, le=2.0, description="Sampling temperature.")
-    max_tokens: int = Field(1024, ge=1, le=131072, description="Completion tokens per turn at most.")
-    request_timeout_s: float = Field(120.0, gt=0, description="Bound on one model call, retries included.")
+    max_tokens: int = Field(
+        1024, ge=1, le=131072, description="Completion tokens per turn at most."
+    )
+    request_timeout_s: float = Field(
+        120.0, gt=0, description="Bound on one model call, retries included."
+    )
 
     @property
     def replay(self) -> bool:
@@ -77,9 +104,14 @@ class PolicyParams(_Params):
 class SandboxParams(_Params):
     """Sandboxes: one AgentEnv per trajectory against an E2B-compatible server."""
 
-    api_url: str | None = Field(None, description="E2B-compatible API URL (local sandbox server, AgentENV, E2B). "
-                                                  "Empty: start the local sandbox server for the run.")
-    api_key_env: str = Field("E2B_API_KEY", description="Environment variable holding the sandbox API key.")
+    api_url: str | None = Field(
+        None,
+        description="E2B-compatible API URL (local sandbox server, AgentENV, E2B). "
+        "Empty: start the local sandbox server for the run.",
+    )
+    api_key_env: str = Field(
+        "E2B_API_KEY", description="Environment variable holding the sandbox API key."
+    )
     template: str = Field("base", description="Sandbox template name.")
     sandbox_timeout: int = Field(300, ge=10, le=86400, description="Sandbox lifetime in seconds.")
     tool_timeout_s: float = Field(60.0, gt=0, description="Bound on one tool call.")
@@ -88,36 +120,66 @@ class SandboxParams(_Params):
 class RolloutParams(_Params):
     """Rollout and scoring: sandboxes -> multi-turn rollouts -> rewards -> scored trajectories."""
 
-    conversations: list[str] = Field(default_factory=lambda: _examples("conversations.jsonl"),
-                                     description="Recorded agent conversations to re-run against live tools.")
-    tasks: list[str] = Field(default_factory=lambda: ["math", "multiple_choice", "code"],
-                             description="Registered task environments to roll out (twinkle.core.registry); "
-                                         "they need a policy model (base_url + model).")
-    tasks_limit: int | None = Field(None, ge=1, description="Tasks per environment at most (all when empty).")
-    openenv: list[str] = Field(default_factory=list,
-                               description="OpenEnv environments to play, by package name (e.g. number_guess); "
-                                           "one environment instance per episode; they need a policy model.")
-    openenv_episodes: int = Field(4, ge=1, le=100000, description="Episodes per OpenEnv environment.")
-    openenv_seed: int = Field(0, ge=0, description="Reset seed of each environment's first episode: episode k "
-                                                   "is reset with openenv_seed + k, so a rerun replays the "
-                                                   "same episodes and another seed draws new ones.")
+    conversations: list[str] = Field(
+        default_factory=lambda: _examples("conversations.jsonl"),
+        description="Recorded agent conversations to re-run against live tools.",
+    )
+    tasks: list[str] = Field(
+        default_factory=lambda: ["math", "multiple_choice", "code"],
+        description="Registered task environments to roll out (twinkle.core.registry); "
+        "they need a policy model (base_url + model).",
+    )
+    tasks_limit: int | None = Field(
+        None, ge=1, description="Tasks per environment at most (all when empty)."
+    )
+    openenv: list[str] = Field(
+        default_factory=list,
+        description="OpenEnv environments to play, by package name (e.g. number_guess); "
+        "one environment instance per episode; they need a policy model.",
+    )
+    openenv_episodes: int = Field(
+        4, ge=1, le=100000, description="Episodes per OpenEnv environment."
+    )
+    openenv_seed: int = Field(
+        0,
+        ge=0,
+        description="Reset seed of each environment's first episode: episode k "
+        "is reset with openenv_seed + k, so a rerun replays the "
+        "same episodes and another seed draws new ones.",
+    )
     openenv_env_kwargs: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
         description="Constructor arguments per OpenEnv environment named in openenv, e.g. "
-                    '{"number_guess": {"low": 1, "high": 1000, "max_attempts": 10}}. In-process only: '
-                    "an OpenEnv server builds its own environments, so episodes given arguments "
-                    "there fail with the reason.")
-    openenv_base_url: str | None = Field(None, description="OpenEnv server (http://host:port), one WebSocket "
-                                                           "session per episode. Empty: run the environments "
-                                                           "in-process.")
-    dataset: str = Field("examples", description="Dataset name: MLflow tag and output file prefix.",
-                         pattern=r"^[A-Za-z0-9_.-]+$")
-    limit: int | None = Field(None, ge=1, description="Conversations re-run at most (all when empty).")
+        '{"number_guess": {"low": 1, "high": 1000, "max_attempts": 10}}. In-process only: '
+        "an OpenEnv server builds its own environments, so episodes given arguments "
+        "there fail with the reason.",
+    )
+    openenv_base_url: str | None = Field(
+        None,
+        description="OpenEnv server (http://host:port), one WebSocket "
+        "session per episode. Empty: run the environments "
+        "in-process.",
+    )
+    dataset: str = Field(
+        "examples",
+        description="Dataset name: MLflow tag and output file prefix.",
+        pattern=r"^[A-Za-z0-9_.-]+$",
+    )
+    limit: int | None = Field(
+        None, ge=1, description="Conversations re-run at most (all when empty)."
+    )
     max_turns: int = Field(8, ge=1, le=256, description="Model calls per trajectory at most.")
-    concurrency: int = Field(8, ge=1, le=1024, description="Trajectories in flight at once per rollout task.")
-    shard_size: int = Field(64, ge=1, le=100000, description="Trajectories per rollout task under a Ray "
-                                                                           "task runner (the thread-pool runner runs one task, "
-                                                                           "one event loop).")
+    concurrency: int = Field(
+        8, ge=1, le=1024, description="Trajectories in flight at once per rollout task."
+    )
+    shard_size: int = Field(
+        64,
+        ge=1,
+        le=100000,
+        description="Trajectories per rollout task under a Ray "
+        "task runner (the thread-pool runner runs one task, "
+        "one event loop).",
+    )
     policy: PolicyParams = Field(default_factory=PolicyParams)
     sandbox: SandboxParams = Field(default_factory=SandboxParams)
 
@@ -126,29 +188,49 @@ class RolloutParams(_Params):
         # Arguments for an environment that is not played would be silently unused: a typo.
         unknown = sorted(set(self.openenv_env_kwargs) - set(self.openenv))
         if unknown:
-            raise ValueError(f"openenv_env_kwargs names environments not in openenv: {', '.join(unknown)} "
-                             f"(openenv: {', '.join(self.openenv) or 'none'})")
+            raise ValueError(
+                f"openenv_env_kwargs names environments not in openenv: {', '.join(unknown)} "
+                f"(openenv: {', '.join(self.openenv) or 'none'})"
+            )
         return self
 
 
 class TrackingParams(_Params):
     """MLflow: where runs and traces go, and how much of each trajectory is traced."""
 
-    tracking_uri: str | None = Field(None, description="MLflow tracking URI. Empty: sqlite:///<cwd>/mlflow.db.")
+    tracking_uri: str | None = Field(
+        None, description="MLflow tracking URI. Empty: sqlite:///<cwd>/mlflow.db."
+    )
     experiment: str = Field("twinkle", description="MLflow experiment name.")
-    artifact_location: str | None = Field(None, description="Absolute artifact root for a new experiment. "
-                                                            "Empty: <cwd>/mlruns.")
-    trace_sample_rate: float = Field(1.0, ge=0.0, le=1.0, description="Share of trajectories traced.")
+    artifact_location: str | None = Field(
+        None, description="Absolute artifact root for a new experiment. Empty: <cwd>/mlruns."
+    )
+    trace_sample_rate: float = Field(
+        1.0, ge=0.0, le=1.0, description="Share of trajectories traced."
+    )
     max_spans_per_trace: int = Field(64, ge=1, le=10000, description="Spans per trace at most.")
-    max_payload_chars: int = Field(4000, ge=100, le=1_000_000, description="Characters per span input/output.")
-    run_key: str | None = Field(None, description="Identity of the MLflow run; a rerun with the same key "
-                                                  "logs into the same run. Empty: the Prefect flow run id.")
+    max_payload_chars: int = Field(
+        4000, ge=100, le=1_000_000, description="Characters per span input/output."
+    )
+    run_key: str | None = Field(
+        None,
+        description="Identity of the MLflow run; a rerun with the same key "
+        "logs into the same run. Empty: the Prefect flow run id.",
+    )
 
 
 class RunParams(_Params):
     """Where outputs go, how tasks run, and whether finished stages are reused."""
 
-    output_dir: str = Field("twinkle-out", description="Directory for curated data, trajectories, cached results.")
-    ray_address: str | None = Field(None, description="Ray cluster address: run tasks with RayTaskRunner.")
-    workers: int = Field(4, ge=1, le=256, description="Tasks run at once by the thread-pool task runner.")
-    refresh_cache: bool = Field(False, description="Recompute every stage even when its inputs are unchanged.")
+    output_dir: str = Field(
+        "twinkle-out", description="Directory for curated data, trajectories, cached results."
+    )
+    ray_address: str | None = Field(
+        None, description="Ray cluster address: run tasks with RayTaskRunner."
+    )
+    workers: int = Field(
+        4, ge=1, le=256, description="Tasks run at once by the thread-pool task runner."
+    )
+    refresh_cache: bool = Field(
+        False, description="Recompute every stage even when its inputs are unchanged."
+    )

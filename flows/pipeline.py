@@ -21,49 +21,91 @@ from prefect import flow
 from flows.common import flow_run_id, needs_ray_switch, task_runner_for
 from flows.curation import publish_curation, run_curation
 from flows.params import CurationParams, RolloutParams, RunParams, TrackingParams
-from flows.rollout import SandboxEndpoint, publish_rollout, rollout_summary, run_rollout, sandbox_endpoint
+from flows.rollout import (
+    SandboxEndpoint,
+    publish_rollout,
+    rollout_summary,
+    run_rollout,
+    sandbox_endpoint,
+)
 from flows.tracking import finish_tracking, log_curation, log_rollout, start_tracking
 
 
 @flow(name="twinkle-pipeline", log_prints=True)
-def pipeline_flow(curation: CurationParams | None = None, rollout: RolloutParams | None = None,
-                  tracking: TrackingParams | None = None, run: RunParams | None = None) -> dict[str, Any]:
+def pipeline_flow(
+    curation: CurationParams | None = None,
+    rollout: RolloutParams | None = None,
+    tracking: TrackingParams | None = None,
+    run: RunParams | None = None,
+) -> dict[str, Any]:
     """Curate conversations, re-run them in sandboxes (plus task environments), score, trace."""
     curation, rollout = curation or CurationParams(), rollout or RolloutParams()
     tracking, run = tracking or TrackingParams(), run or RunParams()
     if needs_ray_switch(run.ray_address):
         # The Ray run is a subflow: key MLflow by this flow run (the one a retry reuses), not by it.
         tracking = tracking.model_copy(update={"run_key": tracking.run_key or flow_run_id()})
-        return pipeline_flow.with_options(task_runner=task_runner_for(run.ray_address, run.workers))(
-            curation, rollout, tracking, run)
+        return pipeline_flow.with_options(
+            task_runner=task_runner_for(run.ray_address, run.workers)
+        )(curation, rollout, tracking, run)
     with sandbox_endpoint(rollout.sandbox) as endpoint:  # first: see sandbox_endpoint
         return _pipeline(curation, rollout, tracking, run, endpoint)
 
 
-def _pipeline(curation: CurationParams, rollout: RolloutParams, tracking: TrackingParams, run: RunParams,
-              endpoint: SandboxEndpoint) -> dict[str, Any]:
-    ctx = start_tracking(tracking, tracking.run_key or flow_run_id(), "twinkle-pipeline", {
-        "curation": curation.model_dump(), "rollout": rollout.model_dump(), "run": run.model_dump()})
+def _pipeline(
+    curation: CurationParams,
+    rollout: RolloutParams,
+    tracking: TrackingParams,
+    run: RunParams,
+    endpoint: SandboxEndpoint,
+) -> dict[str, Any]:
+    ctx = start_tracking(
+        tracking,
+        tracking.run_key or flow_run_id(),
+        "twinkle-pipeline",
+        {
+            "curation": curation.model_dump(),
+            "rollout": rollout.model_dump(),
+            "run": run.model_dump(),
+        },
+    )
 
     curated = run_curation(curation, run)
     # Logging the curation stage overlaps the rollout stage (it waits on sandboxes and the model).
     curation_logged = log_curation.submit(ctx, curated)
     publish_curation(curated)
 
-    rolled = run_rollout(rollout, run, endpoint, conversations=[curated["curated_path"]], ctx=ctx,
-                         tracking=tracking, conversations_fp=curated["fingerprint"])
+    rolled = run_rollout(
+        rollout,
+        run,
+        endpoint,
+        conversations=[curated["curated_path"]],
+        ctx=ctx,
+        tracking=tracking,
+        conversations_fp=curated["fingerprint"],
+    )
     endpoint.release()  # a local sandbox server shuts down while the results are logged
     tracked = log_rollout(ctx, rolled["stage_run_id"], rolled)
     curation_logged.result()
     publish_rollout(rolled, tracked)
 
     summary = {
-        "rows_in": curated["rows_in"], "rows_out": curated["rows_out"], "dropped": curated["dropped"],
-        "drops": {f"{st['step']}/{r}": n for st in curated["steps"] for r, n in (st.get("dropped") or {}).items()},
-        "pii": curated["pii"], "curated_path": curated["curated_path"], "dropped_path": curated["dropped_path"],
-        "curation_s": curated["seconds"], **rollout_summary(rolled, tracked),
-        "mlflow_run_id": ctx.run_id, "tracking_uri": ctx.tracker.tracking_uri,
-        "experiment_id": ctx.tracker.experiment_id, "run_key": ctx.run_key,
+        "rows_in": curated["rows_in"],
+        "rows_out": curated["rows_out"],
+        "dropped": curated["dropped"],
+        "drops": {
+            f"{st['step']}/{r}": n
+            for st in curated["steps"]
+            for r, n in (st.get("dropped") or {}).items()
+        },
+        "pii": curated["pii"],
+        "curated_path": curated["curated_path"],
+        "dropped_path": curated["dropped_path"],
+        "curation_s": curated["seconds"],
+        **rollout_summary(rolled, tracked),
+        "mlflow_run_id": ctx.run_id,
+        "tracking_uri": ctx.tracker.tracking_uri,
+        "experiment_id": ctx.tracker.experiment_id,
+        "run_key": ctx.run_key,
     }
     finish_tracking(ctx, summary)
     return summary

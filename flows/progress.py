@@ -41,15 +41,21 @@ class StageProgress:
     #: ``callable(stage, done, total)`` run in the pushing thread (the CLI's progress bar).
     listeners: ClassVar[list[Callable[[str, int, int], Any]]] = []
 
-    def __init__(self, stage: str, total: int, *, artifact: bool = True, interval_s: float = 1.0) -> None:
+    def __init__(
+        self, stage: str, total: int, *, artifact: bool = True, interval_s: float = 1.0
+    ) -> None:
         self.stage, self.total, self.interval_s = stage, max(0, int(total)), interval_s
         self.done = 0
         self._pushed = -1
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._artifact_id = self._create_artifact() if artifact else None
-        self._push(artifact=False)  # the bar appears when the stage starts (the artifact says 0 already)
-        self._thread = threading.Thread(target=self._loop, name=f"twinkle-progress-{stage}", daemon=True)
+        self._push(
+            artifact=False
+        )  # the bar appears when the stage starts (the artifact says 0 already)
+        self._thread = threading.Thread(
+            target=self._loop, name=f"twinkle-progress-{stage}", daemon=True
+        )
         self._thread.start()
 
     def advance(self, n: int = 1) -> None:
@@ -73,7 +79,9 @@ class StageProgress:
         try:
             from prefect.artifacts import create_progress_artifact
 
-            return create_progress_artifact(progress=self._percent(0), description=self._description(0))
+            return create_progress_artifact(
+                progress=self._percent(0), description=self._description(0)
+            )
         except Exception as exc:  # no run context or no API: progress is a convenience
             logger.debug("no progress artifact for %s: %s", self.stage, exc)
             return None
@@ -93,8 +101,11 @@ class StageProgress:
             try:
                 from prefect.artifacts import update_progress_artifact
 
-                update_progress_artifact(self._artifact_id, progress=self._percent(done),
-                                         description=self._description(done))
+                update_progress_artifact(
+                    self._artifact_id,
+                    progress=self._percent(done),
+                    description=self._description(done),
+                )
             except Exception as exc:
                 logger.warning("progress artifact update failed (%s); the stage goes on", exc)
                 self._artifact_id = None

@@ -71,8 +71,10 @@ from flows.tracking import (
 )
 
 #: The system prompt of an OpenEnv episode; the user message adds the env's first observation.
-OPENENV_SYSTEM = ("You are an agent playing an interactive environment through its tools. Call one tool "
-                  "at a time, read each observation, and stop calling tools once the episode is over.")
+OPENENV_SYSTEM = (
+    "You are an agent playing an interactive environment through its tools. Call one tool "
+    "at a time, read each observation, and stop calling tools once the episode is over."
+)
 
 
 def openenv_rows(names: list[str], episodes: int, seed: int = 0) -> list[dict[str, Any]]:
@@ -82,18 +84,36 @@ def openenv_rows(names: list[str], episodes: int, seed: int = 0) -> list[dict[st
     when the env is provisioned (``provision_openenvs``)."""
     from twinkle.data_format import pack_value
 
-    return [{"id": f"openenv-{name}-{seed + k}",
-             "messages": [{"role": "system", "content": OPENENV_SYSTEM},
-                          {"role": "user", "content": f"Play the '{name}' environment until the episode ends, "
-                                                      "using its tools."}],
-             "user_data": [["openenv", pack_value(name)], ["seed", pack_value(seed + k)]]}
-            for name in names for k in range(episodes)]
+    return [
+        {
+            "id": f"openenv-{name}-{seed + k}",
+            "messages": [
+                {"role": "system", "content": OPENENV_SYSTEM},
+                {
+                    "role": "user",
+                    "content": f"Play the '{name}' environment until the episode ends, "
+                    "using its tools.",
+                },
+            ],
+            "user_data": [["openenv", pack_value(name)], ["seed", pack_value(seed + k)]],
+        }
+        for name in names
+        for k in range(episodes)
+    ]
 
 
 @task(name="prepare-rollout", task_run_name="prepare-rollout", cache_key_fn=stage_key)
-def prepare_rollout(paths: list[str], limit: int | None, envs: list[str], tasks_limit: int | None,
-                    fp: str, out: str, openenv: list[str] | None = None, episodes: int = 0,
-                    seed: int = 0) -> dict[str, Any]:
+def prepare_rollout(
+    paths: list[str],
+    limit: int | None,
+    envs: list[str],
+    tasks_limit: int | None,
+    fp: str,
+    out: str,
+    openenv: list[str] | None = None,
+    episodes: int = 0,
+    seed: int = 0,
+) -> dict[str, Any]:
     """The rollout's input file: recorded agent conversations (rows with tool calls, at most
     ``limit``), then task rows of registered environments (``rollout_bridge.trajectories_for``),
     then ``episodes`` prompt rows per OpenEnv environment in ``openenv``, reset with seeds
@@ -114,13 +134,25 @@ def prepare_rollout(paths: list[str], limit: int | None, envs: list[str], tasks_
     tasks.extend(openenv_rows(list(openenv or []), episodes, seed))
     path = work_path(out, "rollout-input", fp)
     n = write_work_rows(path, agent + tasks)
-    return {"path": path, "fingerprint": fp, "rows": n, "conversations": len(agent),
-            "not_agent": len(rows) - len(agent) - over, "over_limit": over}
+    return {
+        "path": path,
+        "fingerprint": fp,
+        "rows": n,
+        "conversations": len(agent),
+        "not_agent": len(rows) - len(agent) - over,
+        "over_limit": over,
+    }
 
 
-@task(name="provision-sandboxes", task_run_name="provision-sandboxes", cache_policy=NO_CACHE, persist_result=False)
-def provision_sandboxes(n: int, endpoint: dict[str, Any] | None, sandbox: SandboxParams,
-                        workers: int) -> list[tuple[Any, str | None]]:
+@task(
+    name="provision-sandboxes",
+    task_run_name="provision-sandboxes",
+    cache_policy=NO_CACHE,
+    persist_result=False,
+)
+def provision_sandboxes(
+    n: int, endpoint: dict[str, Any] | None, sandbox: SandboxParams, workers: int
+) -> list[tuple[Any, str | None]]:
     """One fresh sandbox (``AgentEnv``) per trajectory, created concurrently; (env, error) pairs."""
     if endpoint is None or endpoint.get("error"):
         reason = (endpoint or {}).get("error") or "no sandbox endpoint"
@@ -128,8 +160,13 @@ def provision_sandboxes(n: int, endpoint: dict[str, Any] | None, sandbox: Sandbo
     from twinkle.envs.agentenv import AgentEnv
 
     def one(_: int) -> tuple[Any, str | None]:
-        env = AgentEnv(template=sandbox.template, api_url=endpoint["api_url"], api_key=endpoint["api_key"],
-                       sandbox_timeout=sandbox.sandbox_timeout, command_timeout=sandbox.tool_timeout_s)
+        env = AgentEnv(
+            template=sandbox.template,
+            api_url=endpoint["api_url"],
+            api_key=endpoint["api_key"],
+            sandbox_timeout=sandbox.sandbox_timeout,
+            command_timeout=sandbox.tool_timeout_s,
+        )
         try:
             env.reset()
             return env, None
@@ -141,10 +178,18 @@ def provision_sandboxes(n: int, endpoint: dict[str, Any] | None, sandbox: Sandbo
         return list(pool.map(one, range(n)))
 
 
-@task(name="provision-openenvs", task_run_name="provision-openenvs", cache_policy=NO_CACHE, persist_result=False)
-def provision_openenvs(prompts: list[dict[str, Any]], base_url: str | None, workers: int,
-                       env_kwargs: dict[str, dict[str, Any]] | None = None,
-                       ) -> list[tuple[Any, str | None, dict[str, Any]]]:
+@task(
+    name="provision-openenvs",
+    task_run_name="provision-openenvs",
+    cache_policy=NO_CACHE,
+    persist_result=False,
+)
+def provision_openenvs(
+    prompts: list[dict[str, Any]],
+    base_url: str | None,
+    workers: int,
+    env_kwargs: dict[str, dict[str, Any]] | None = None,
+) -> list[tuple[Any, str | None, dict[str, Any]]]:
     """One fresh OpenEnv environment per episode prompt (``OpenEnv(env_name, env_kwargs=...)``
     in-process, or an ``OpenEnvClient`` session on ``base_url``), created and reset
     concurrently with the episode's seed; (env, error, prompt) triples, the prompt completed
@@ -164,12 +209,21 @@ def provision_openenvs(prompts: list[dict[str, Any]], base_url: str | None, work
             name = user_data_get(ud, "openenv")
             kwargs = (env_kwargs or {}).get(name)
             if base_url and kwargs:
-                return None, (f"openenv_env_kwargs for '{name}' ({', '.join(sorted(kwargs))}) cannot be "
-                              f"applied on the OpenEnv server {base_url}: the server builds its own "
-                              "environments; configure them where it is started, or play in-process "
-                              "(no openenv_base_url)"), prompt
-            env = (OpenEnvClient(name, base_url=base_url) if base_url
-                   else OpenEnv(env_name=name, env_kwargs=kwargs))
+                return (
+                    None,
+                    (
+                        f"openenv_env_kwargs for '{name}' ({', '.join(sorted(kwargs))}) cannot be "
+                        f"applied on the OpenEnv server {base_url}: the server builds its own "
+                        "environments; configure them where it is started, or play in-process "
+                        "(no openenv_base_url)"
+                    ),
+                    prompt,
+                )
+            env = (
+                OpenEnvClient(name, base_url=base_url)
+                if base_url
+                else OpenEnv(env_name=name, env_kwargs=kwargs)
+            )
             first = env.reset(seed=user_data_get(ud, "seed"))
             tools = env.tools()
         except Exception as exc:  # this episode fails with the reason; the others go on
@@ -187,7 +241,9 @@ def provision_openenvs(prompts: list[dict[str, Any]], base_url: str | None, work
         return list(pool.map(one, prompts))
 
 
-def _policy_api(settings: dict[str, Any], rows: list[dict[str, Any]]) -> tuple[Any, list[dict[str, Any]]]:
+def _policy_api(
+    settings: dict[str, Any], rows: list[dict[str, Any]]
+) -> tuple[Any, list[dict[str, Any]]]:
     """The chat API and the prompts to roll out: replay of ``rows`` or an OpenAI endpoint."""
     from twinkle.protocol.replay import ReplayAPI
 
@@ -197,7 +253,9 @@ def _policy_api(settings: dict[str, Any], rows: list[dict[str, Any]]) -> tuple[A
     from twinkle.protocol.openai import OpenAI
 
     key = os.environ.get(policy["api_key_env"]) if policy.get("api_key_env") else None
-    api = OpenAI(policy["model"], api_key=key or "EMPTY", base_url=policy["base_url"], max_retries=2)
+    api = OpenAI(
+        policy["model"], api_key=key or "EMPTY", base_url=policy["base_url"], max_retries=2
+    )
     return api, [ReplayAPI.prompt_of(r) for r in rows]
 
 
@@ -212,8 +270,12 @@ def _task_environments(endpoint: dict[str, Any] | None) -> dict[str, Any]:
     return {"code": code, "tasks/code": code}
 
 
-def _score(recorded: dict[str, Any], trajectory: dict[str, Any], replay: bool,
-           environments: dict[str, Any] | None = None) -> dict[str, Any]:
+def _score(
+    recorded: dict[str, Any],
+    trajectory: dict[str, Any],
+    replay: bool,
+    environments: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Rewards of one finished trajectory: its task environment via the bridge, or replay fidelity."""
     from twinkle.data_format import user_data_get
 
@@ -226,22 +288,39 @@ def _score(recorded: dict[str, Any], trajectory: dict[str, Any], replay: bool,
 
         score = replay_fidelity(recorded, trajectory)
     else:
-        score = {"rewards": {}, "outcome": "unscored",
-                 "error": "a conversation rolled out by a live policy has no reward function"}
-    return {**trajectory, "rewards": score["rewards"], "reward_outcome": score["outcome"],
-            "reward_error": score["error"]}
+        score = {
+            "rewards": {},
+            "outcome": "unscored",
+            "error": "a conversation rolled out by a live policy has no reward function",
+        }
+    return {
+        **trajectory,
+        "rewards": score["rewards"],
+        "reward_outcome": score["outcome"],
+        "reward_error": score["error"],
+    }
 
 
 def _score_episode(trajectory: dict[str, Any], reward: float | None) -> dict[str, Any]:
     """Rewards of an OpenEnv episode: the env's cumulative ``episode_reward`` (None: no env)."""
     if reward is None:
-        return {**trajectory, "rewards": {}, "reward_outcome": "error",
-                "reward_error": trajectory.get("error") or "no environment"}
-    return {**trajectory, "rewards": {"episode_reward": reward, "total": reward},
-            "reward_outcome": "solved" if reward > 0 else "unsolved", "reward_error": None}
+        return {
+            **trajectory,
+            "rewards": {},
+            "reward_outcome": "error",
+            "reward_error": trajectory.get("error") or "no environment",
+        }
+    return {
+        **trajectory,
+        "rewards": {"episode_reward": reward, "total": reward},
+        "reward_outcome": "solved" if reward > 0 else "unsolved",
+        "reward_error": None,
+    }
 
 
-def _each_done(rollout: Any, prompts: list[dict[str, Any]], managers: list[Any], done: Any) -> list[Any]:
+def _each_done(
+    rollout: Any, prompts: list[dict[str, Any]], managers: list[Any], done: Any
+) -> list[Any]:
     """Run ``rollout`` over ``prompts`` on one event loop, calling ``done(i, trajectory)`` in a
     worker thread as each trajectory finishes (``APIMultiTurnRollout.acall`` per trajectory,
     at most ``rollout.concurrency`` in flight), so scoring and tracing overlap the rest."""
@@ -260,10 +339,24 @@ def _each_done(rollout: Any, prompts: list[dict[str, Any]], managers: list[Any],
     return rollout.run_in_own_loop(main)
 
 
-@task(name="run-rollouts", task_run_name="run-rollouts-{shard}", cache_key_fn=stage_key,
-      retries=1, retry_delay_seconds=2)
-def run_rollouts(source: str, start: int, end: int, shard: int, settings: dict[str, Any],
-                 endpoint: dict[str, Any] | None, fp: str, out: str, trace: dict[str, Any] | None) -> dict[str, Any]:
+@task(
+    name="run-rollouts",
+    task_run_name="run-rollouts-{shard}",
+    cache_key_fn=stage_key,
+    retries=1,
+    retry_delay_seconds=2,
+)
+def run_rollouts(
+    source: str,
+    start: int,
+    end: int,
+    shard: int,
+    settings: dict[str, Any],
+    endpoint: dict[str, Any] | None,
+    fp: str,
+    out: str,
+    trace: dict[str, Any] | None,
+) -> dict[str, Any]:
     """Rows ``[start, end)`` of the rollout input: one sandbox per trajectory, multi-turn
     rollouts, and each trajectory scored and streamed to MLflow the moment it finishes.
 
@@ -284,12 +377,20 @@ def run_rollouts(source: str, start: int, end: int, shard: int, settings: dict[s
     episodes = set(games)
     boxed = [i for i in range(len(rows)) if i not in episodes]
     envs: list[tuple[Any, str | None]] = [(None, None)] * len(prompts)
-    for i, pair in zip(boxed, provision_sandboxes(len(boxed), endpoint, sandbox, settings["concurrency"])):
+    for i, pair in zip(
+        boxed, provision_sandboxes(len(boxed), endpoint, sandbox, settings["concurrency"])
+    ):
         envs[i] = pair
     if games:  # no task run (and no Prefect API calls) for a rollout without OpenEnv episodes
-        for i, (env, error, prompt) in zip(games, provision_openenvs(
-                [prompts[i] for i in games], settings.get("openenv_base_url"), settings["concurrency"],
-                settings.get("openenv_env_kwargs"))):
+        for i, (env, error, prompt) in zip(
+            games,
+            provision_openenvs(
+                [prompts[i] for i in games],
+                settings.get("openenv_base_url"),
+                settings["concurrency"],
+                settings.get("openenv_env_kwargs"),
+            ),
+        ):
             envs[i], prompts[i] = (env, error), prompt
     toolsets: dict[int, list[Any]] = {}
     provisioned = time.perf_counter()
@@ -316,36 +417,68 @@ def run_rollouts(source: str, start: int, end: int, shard: int, settings: dict[s
         for i, (env, error) in enumerate(envs):
             if env is None:
                 kind = "OpenEnvError" if i in episodes else "SandboxError"
-                trajectories[i] = done(i, {**prompts[i], "turns": 0, "stop_reason": "error", "truncated": True,
-                                           "turn_log": [], "error": f"{kind}: {error}"})
+                trajectories[i] = done(
+                    i,
+                    {
+                        **prompts[i],
+                        "turns": 0,
+                        "stop_reason": "error",
+                        "truncated": True,
+                        "turn_log": [],
+                        "error": f"{kind}: {error}",
+                    },
+                )
         if ready:
             policy = settings["policy"]
             rollout = APIMultiTurnRollout(
-                api, sampling_params=SamplingParams(temperature=policy["temperature"], max_tokens=policy["max_tokens"]),
-                max_turns=settings["max_turns"], concurrency=settings["concurrency"],
-                tool_timeout_s=sandbox.tool_timeout_s, request_timeout_s=policy["request_timeout_s"],
+                api,
+                sampling_params=SamplingParams(
+                    temperature=policy["temperature"], max_tokens=policy["max_tokens"]
+                ),
+                max_turns=settings["max_turns"],
+                concurrency=settings["concurrency"],
+                tool_timeout_s=sandbox.tool_timeout_s,
+                request_timeout_s=policy["request_timeout_s"],
             )
             toolsets.update({i: EnvTool.from_env(envs[i][0]) for i in ready})
-            outputs = _each_done(rollout, [prompts[i] for i in ready], [ToolManager(toolsets[i]) for i in ready],
-                                 lambda j, traj: done(ready[j], traj))
+            outputs = _each_done(
+                rollout,
+                [prompts[i] for i in ready],
+                [ToolManager(toolsets[i]) for i in ready],
+                lambda j, traj: done(ready[j], traj),
+            )
             for i, traj in zip(ready, outputs):
                 trajectories[i] = traj
     finally:
         for env, _ in envs:
             if env is not None:
-                with contextlib.suppress(Exception):  # one env failing to close must not leak the others
+                with contextlib.suppress(
+                    Exception
+                ):  # one env failing to close must not leak the others
                     env.close()
         progress.close()  # first: a trace batch that failed raises from stream.close()
         traces = stream.close() if stream is not None else {}
     rolled = time.perf_counter()
     path = work_path(out, "rollout", fp)
     write_work_rows(path, trajectories)
-    return {"path": path, "fingerprint": fp, "rows": len(trajectories), "provision_s": provisioned - started,
-            "rollout_s": rolled - provisioned, "scoring_s": scoring_s[0], "traces": traces}
+    return {
+        "path": path,
+        "fingerprint": fp,
+        "rows": len(trajectories),
+        "provision_s": provisioned - started,
+        "rollout_s": rolled - provisioned,
+        "scoring_s": scoring_s[0],
+        "traces": traces,
+    }
 
 
-@task(name="write-trajectories", task_run_name="write-trajectories", cache_key_fn=stage_key,
-      retries=2, retry_delay_seconds=1)
+@task(
+    name="write-trajectories",
+    task_run_name="write-trajectories",
+    cache_key_fn=stage_key,
+    retries=2,
+    retry_delay_seconds=1,
+)
 def write_trajectories(shards: list[str], path: str, fp: str) -> dict[str, Any]:
     """The scored trajectories file: the shards in order (JSONL bytes appended, or Parquet by extension)."""
     from twinkle.io import write_rows
@@ -374,9 +507,21 @@ class _LocalSandboxServer:
 
         self.api_key = secrets.token_urlsafe(24)
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from twinkle.cli import main; main()", "sandbox", "serve", "--port", "0"],
-            env={**os.environ, "E2B_API_KEY": self.api_key}, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                "-c",
+                "from twinkle.cli import main; main()",
+                "sandbox",
+                "serve",
+                "--port",
+                "0",
+            ],
+            env={**os.environ, "E2B_API_KEY": self.api_key},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self._endpoint: dict[str, Any] | None = None
 
     def endpoint(self, timeout: float = 120.0) -> dict[str, Any]:
@@ -390,7 +535,9 @@ class _LocalSandboxServer:
                 self._endpoint = {"api_url": url, "api_key": self.api_key}
             else:
                 self.stop()
-                why = (self.proc.stderr.read() or "").strip().splitlines()[-1:] or [f"no URL within {timeout:.0f} s"]
+                why = (self.proc.stderr.read() or "").strip().splitlines()[-1:] or [
+                    f"no URL within {timeout:.0f} s"
+                ]
                 self._endpoint = {"error": f"local sandbox server unavailable: {why[0]}"}
         return self._endpoint
 
@@ -418,7 +565,9 @@ class SandboxEndpoint:
     waiting for a local server started with the flow if it is not up yet; ``release()`` once
     no sandbox is needed any more lets a local server shut down while the flow goes on."""
 
-    def __init__(self, fixed: dict[str, Any] | None = None, server: _LocalSandboxServer | None = None) -> None:
+    def __init__(
+        self, fixed: dict[str, Any] | None = None, server: _LocalSandboxServer | None = None
+    ) -> None:
         self._fixed, self._server = fixed, server
 
     def __call__(self) -> dict[str, Any]:
@@ -437,7 +586,9 @@ def sandbox_endpoint(sandbox: SandboxParams) -> Iterator[SandboxEndpoint]:
     """
     api_url = sandbox.api_url or os.environ.get("E2B_API_URL")
     if api_url:
-        yield SandboxEndpoint({"api_url": api_url, "api_key": os.environ.get(sandbox.api_key_env) or "local"})
+        yield SandboxEndpoint(
+            {"api_url": api_url, "api_key": os.environ.get(sandbox.api_key_env) or "local"}
+        )
         return
     server = _LocalSandboxServer()
     try:
@@ -446,9 +597,15 @@ def sandbox_endpoint(sandbox: SandboxParams) -> Iterator[SandboxEndpoint]:
         server.stop()
 
 
-def run_rollout(params: RolloutParams, run: RunParams, endpoint: Any,
-                conversations: list[str] | None = None, ctx: Tracking | None = None,
-                tracking: TrackingParams | None = None, conversations_fp: str | None = None) -> dict[str, Any]:
+def run_rollout(
+    params: RolloutParams,
+    run: RunParams,
+    endpoint: Any,
+    conversations: list[str] | None = None,
+    ctx: Tracking | None = None,
+    tracking: TrackingParams | None = None,
+    conversations_fp: str | None = None,
+) -> dict[str, Any]:
     """The rollout stages as tasks of the current flow run; returns the stage summary.
 
     ``conversations`` (files, with their fingerprint) come from the curation stage in the
@@ -467,27 +624,57 @@ def run_rollout(params: RolloutParams, run: RunParams, endpoint: Any,
     paths = list(conversations if conversations is not None else params.conversations)
     envs = list(params.tasks) if params.tasks and not replay else []
     if params.tasks and replay:
-        skipped["tasks"] = ("task environments need a policy model (give base_url and model); "
-                            "the replay policy only answers recorded conversations")
+        skipped["tasks"] = (
+            "task environments need a policy model (give base_url and model); "
+            "the replay policy only answers recorded conversations"
+        )
     games = list(params.openenv) if params.openenv and not replay else []
     if params.openenv and replay:
-        skipped["openenv"] = (f"OpenEnv episodes ({', '.join(params.openenv)}) need a policy model (give "
-                              "base_url and model); the replay policy has no recordings of them")
-    source = conversations_fp or files_fingerprint(paths)  # the curation stage's fingerprint, when given
+        skipped["openenv"] = (
+            f"OpenEnv episodes ({', '.join(params.openenv)}) need a policy model (give "
+            "base_url and model); the replay policy has no recordings of them"
+        )
+    source = conversations_fp or files_fingerprint(
+        paths
+    )  # the curation stage's fingerprint, when given
     played = [games, params.openenv_episodes, params.openenv_seed] if games else []
-    pfp = fingerprint("rollout-input", source, params.limit, envs, params.tasks_limit,
-                      *played)  # unchanged keys without OpenEnv
+    pfp = fingerprint(
+        "rollout-input", source, params.limit, envs, params.tasks_limit, *played
+    )  # unchanged keys without OpenEnv
     prepared = stage_task(prepare_rollout, out, refresh, work_path(o, "rollout-input", pfp))(
-        paths, params.limit, envs, params.tasks_limit, pfp, o, games, params.openenv_episodes,
-        params.openenv_seed)
+        paths,
+        params.limit,
+        envs,
+        params.tasks_limit,
+        pfp,
+        o,
+        games,
+        params.openenv_episodes,
+        params.openenv_seed,
+    )
     if prepared["not_agent"]:
         skipped["conversations"] = f"{prepared['not_agent']} rows without tool calls are not re-run"
     if prepared["over_limit"]:
-        skipped["limit"] = f"{prepared['over_limit']} conversations over limit={params.limit} not re-run"
-    settings = {**params.model_dump(exclude={"conversations", "tasks", "tasks_limit", "dataset", "limit",
-                                             "openenv", "openenv_episodes", "openenv_base_url",
-                                             "openenv_seed", "openenv_env_kwargs"}),
-                "replay": replay}
+        skipped["limit"] = (
+            f"{prepared['over_limit']} conversations over limit={params.limit} not re-run"
+        )
+    settings = {
+        **params.model_dump(
+            exclude={
+                "conversations",
+                "tasks",
+                "tasks_limit",
+                "dataset",
+                "limit",
+                "openenv",
+                "openenv_episodes",
+                "openenv_base_url",
+                "openenv_seed",
+                "openenv_env_kwargs",
+            }
+        ),
+        "replay": replay,
+    }
     if games:  # only then: the rollout's cache keys stay what they were without OpenEnv
         settings["openenv_base_url"] = params.openenv_base_url
         settings["openenv_env_kwargs"] = params.openenv_env_kwargs
@@ -495,36 +682,64 @@ def run_rollout(params: RolloutParams, run: RunParams, endpoint: Any,
     stage = start_stage(ctx, "rollout") if ctx is not None else None
     trace = None
     if ctx is not None and tracking is not None:
-        trace = {"tracker": ctx.tracker, "session": ctx.run_key, "run_id": stage, "dataset": params.dataset,
-                 "sample_rate": tracking.trace_sample_rate, "max_spans": tracking.max_spans_per_trace,
-                 "max_payload_chars": tracking.max_payload_chars}
+        trace = {
+            "tracker": ctx.tracker,
+            "session": ctx.run_key,
+            "run_id": stage,
+            "dataset": params.dataset,
+            "sample_rate": tracking.trace_sample_rate,
+            "max_spans": tracking.max_spans_per_trace,
+            "max_payload_chars": tracking.max_payload_chars,
+        }
     fps = [fingerprint("rollout", pfp, a, b, settings) for a, b in ranges]
     api = endpoint()  # waits for a local sandbox server started with the flow, if not up yet
-    futures = [stage_task(run_rollouts, out, refresh, work_path(o, "rollout", fps[k])).submit(
-        prepared["path"], a, b, k, settings, api, fps[k], o, trace) for k, (a, b) in enumerate(ranges)]
+    futures = [
+        stage_task(run_rollouts, out, refresh, work_path(o, "rollout", fps[k])).submit(
+            prepared["path"], a, b, k, settings, api, fps[k], o, trace
+        )
+        for k, (a, b) in enumerate(ranges)
+    ]
     for f in futures:
         f.wait()
     rolled, traced = [], []
     for k, f in enumerate(futures):
         rolled.append(f.result())
-        if trace is not None and f.state.name == "Cached":  # traced by an earlier run, maybe another session
+        if (
+            trace is not None and f.state.name == "Cached"
+        ):  # traced by an earlier run, maybe another session
             traced.append(trace_file(trace, rolled[-1]["path"], ranges[k][0], k))
         else:
             traced.append(rolled[-1]["traces"])
     path = str(out / "trajectories" / f"{params.dataset}.scored.jsonl")
     written = stage_task(write_trajectories, out, refresh, path)(
-        [r["path"] for r in rolled], path, fingerprint("write", fps, path))
-    traces = {k: sum(t.get(k, 0) for t in traced) for k in ("written", "existing", "unsampled", "spans", "seconds")}
+        [r["path"] for r in rolled], path, fingerprint("write", fps, path)
+    )
+    traces = {
+        k: sum(t.get(k, 0) for t in traced)
+        for k in ("written", "existing", "unsampled", "spans", "seconds")
+    }
     return {
-        "scored_path": path, "written": written["rows"], "trajectories": written["rows"],
-        "skipped": skipped, "policy": "replay" if replay else f"openai:{params.policy.model}",
-        "settings": {**settings, "tasks": params.tasks, "tasks_limit": params.tasks_limit,
-                     "openenv": params.openenv, "openenv_episodes": params.openenv_episodes,
-                     "openenv_base_url": params.openenv_base_url, "openenv_seed": params.openenv_seed,
-                     "openenv_env_kwargs": params.openenv_env_kwargs},
-        "provision_s": sum(r["provision_s"] for r in rolled), "rollout_s": sum(r["rollout_s"] for r in rolled),
-        "scoring_s": sum(r["scoring_s"] for r in rolled), "seconds": time.perf_counter() - started,
-        "stage_run_id": stage, "traces": traces,
+        "scored_path": path,
+        "written": written["rows"],
+        "trajectories": written["rows"],
+        "skipped": skipped,
+        "policy": "replay" if replay else f"openai:{params.policy.model}",
+        "settings": {
+            **settings,
+            "tasks": params.tasks,
+            "tasks_limit": params.tasks_limit,
+            "openenv": params.openenv,
+            "openenv_episodes": params.openenv_episodes,
+            "openenv_base_url": params.openenv_base_url,
+            "openenv_seed": params.openenv_seed,
+            "openenv_env_kwargs": params.openenv_env_kwargs,
+        },
+        "provision_s": sum(r["provision_s"] for r in rolled),
+        "rollout_s": sum(r["rollout_s"] for r in rolled),
+        "scoring_s": sum(r["scoring_s"] for r in rolled),
+        "seconds": time.perf_counter() - started,
+        "stage_run_id": stage,
+        "traces": traces,
     }
 
 
@@ -533,48 +748,87 @@ def publish_rollout(result: dict[str, Any], tracked: dict[str, Any]) -> None:
     rows = []
     for t in read_rows_cached([result["scored_path"]]):
         rewards = t.get("rewards") or {}
-        rows.append({"id": str(t.get("id")), "stop_reason": t.get("stop_reason"), "turns": t.get("turns"),
-                     "total": rewards.get("total"), "outcome": t.get("reward_outcome"),
-                     "error": (t.get("error") or t.get("reward_error") or "")[:200]})
-    create_table_artifact(key="rollout-rewards", table=rows or [{"id": "-", "total": None}],
-                          description="Reward and stop reason per trajectory.")
+        rows.append(
+            {
+                "id": str(t.get("id")),
+                "stop_reason": t.get("stop_reason"),
+                "turns": t.get("turns"),
+                "total": rewards.get("total"),
+                "outcome": t.get("reward_outcome"),
+                "error": (t.get("error") or t.get("reward_error") or "")[:200],
+            }
+        )
+    create_table_artifact(
+        key="rollout-rewards",
+        table=rows or [{"id": "-", "total": None}],
+        description="Reward and stop reason per trajectory.",
+    )
     stops = tracked.get("stop_reasons", {})
-    create_markdown_artifact(key="rollout-summary", markdown="\n".join([
-        "# Rollout and scoring",
-        f"- policy: `{result['policy']}`; trajectories: **{result['trajectories']}**",
-        f"- stop reasons: {', '.join(f'{k}={v}' for k, v in sorted(stops.items())) or 'none'}",
-        f"- mean reward (total): **{tracked.get('reward.total.mean', 'n/a')}**, pass rate: {tracked.get('pass_rate', 'n/a')}",
-        f"- traces written: {tracked.get('traces_written', 0)} (already there: {tracked.get('traces_existing', 0)})",
-        *[f"- skipped {k}: {v}" for k, v in result["skipped"].items()],
-        f"- scored trajectories: `{result['scored_path']}`",
-    ]), description="Rollout summary.")
+    create_markdown_artifact(
+        key="rollout-summary",
+        markdown="\n".join(
+            [
+                "# Rollout and scoring",
+                f"- policy: `{result['policy']}`; trajectories: **{result['trajectories']}**",
+                f"- stop reasons: {', '.join(f'{k}={v}' for k, v in sorted(stops.items())) or 'none'}",
+                f"- mean reward (total): **{tracked.get('reward.total.mean', 'n/a')}**, pass rate: {tracked.get('pass_rate', 'n/a')}",
+                f"- traces written: {tracked.get('traces_written', 0)} (already there: {tracked.get('traces_existing', 0)})",
+                *[f"- skipped {k}: {v}" for k, v in result["skipped"].items()],
+                f"- scored trajectories: `{result['scored_path']}`",
+            ]
+        ),
+        description="Rollout summary.",
+    )
 
 
 def rollout_summary(result: dict[str, Any], tracked: dict[str, Any]) -> dict[str, Any]:
-    keep = ("scored_path", "written", "skipped", "policy", "provision_s", "rollout_s", "scoring_s", "seconds")
-    return {**{k: result[k] for k in keep},
-            "trajectories": result["trajectories"],
-            "failed": tracked.get("failed", 0),
-            "stop_reasons": tracked.get("stop_reasons", {}),
-            "reward_mean": tracked.get("reward.total.mean"),
-            "pass_rate": tracked.get("pass_rate"),
-            "traces_written": tracked.get("traces_written", 0),
-            "trace_stats": result.get("traces", {})}
+    keep = (
+        "scored_path",
+        "written",
+        "skipped",
+        "policy",
+        "provision_s",
+        "rollout_s",
+        "scoring_s",
+        "seconds",
+    )
+    return {
+        **{k: result[k] for k in keep},
+        "trajectories": result["trajectories"],
+        "failed": tracked.get("failed", 0),
+        "stop_reasons": tracked.get("stop_reasons", {}),
+        "reward_mean": tracked.get("reward.total.mean"),
+        "pass_rate": tracked.get("pass_rate"),
+        "traces_written": tracked.get("traces_written", 0),
+        "trace_stats": result.get("traces", {}),
+    }
 
 
 @flow(name="twinkle-rollout", log_prints=True)
-def rollout_flow(rollout: RolloutParams | None = None, tracking: TrackingParams | None = None,
-                 run: RunParams | None = None) -> dict[str, Any]:
+def rollout_flow(
+    rollout: RolloutParams | None = None,
+    tracking: TrackingParams | None = None,
+    run: RunParams | None = None,
+) -> dict[str, Any]:
     """Roll out a policy in sandboxes, score the trajectories and trace them in MLflow."""
-    rollout, tracking, run = rollout or RolloutParams(), tracking or TrackingParams(), run or RunParams()
+    rollout, tracking, run = (
+        rollout or RolloutParams(),
+        tracking or TrackingParams(),
+        run or RunParams(),
+    )
     if needs_ray_switch(run.ray_address):
         # The Ray run is a subflow: key MLflow by this flow run (the one a retry reuses), not by it.
         tracking = tracking.model_copy(update={"run_key": tracking.run_key or flow_run_id()})
         return rollout_flow.with_options(task_runner=task_runner_for(run.ray_address, run.workers))(
-            rollout, tracking, run)
+            rollout, tracking, run
+        )
     with sandbox_endpoint(rollout.sandbox) as endpoint:  # first: see sandbox_endpoint
-        ctx = start_tracking(tracking, tracking.run_key or flow_run_id(), "twinkle-rollout",
-                             {"rollout": rollout.model_dump(), "run": run.model_dump()})
+        ctx = start_tracking(
+            tracking,
+            tracking.run_key or flow_run_id(),
+            "twinkle-rollout",
+            {"rollout": rollout.model_dump(), "run": run.model_dump()},
+        )
         result = run_rollout(rollout, run, endpoint, ctx=ctx, tracking=tracking)
         endpoint.release()  # a local server shuts down while the results are logged
         tracked = log_rollout(ctx, result["stage_run_id"], result)

@@ -45,16 +45,18 @@ def trace_writer_process() -> Any:
 
 
 @task(name="start-tracking", task_run_name="start-tracking", **_IO)
-def start_tracking(tracking: TrackingParams, run_key: str, flow_name: str,
-                   params: dict[str, Any]) -> Tracking:
+def start_tracking(
+    tracking: TrackingParams, run_key: str, flow_name: str, params: dict[str, Any]
+) -> Tracking:
     """Find or create the MLflow run of this flow run (keyed, so retries reuse it)."""
     from twinkle.tracking import MLflowTracker
 
     uri, artifacts = tracking_target(tracking.tracking_uri, tracking.artifact_location)
     tracker = MLflowTracker(uri, experiment=tracking.experiment, artifact_location=artifacts)
     trace_writer_process()  # start the trace writer now; it imports MLflow while curation runs
-    run_id = tracker.start_run(run_key, name=f"{flow_name}-{run_key[:8]}", params=params,
-                               tags={"twinkle.flow": flow_name})
+    run_id = tracker.start_run(
+        run_key, name=f"{flow_name}-{run_key[:8]}", params=params, tags={"twinkle.flow": flow_name}
+    )
     return Tracking(tracker=tracker, run_id=run_id, run_key=run_key)
 
 
@@ -62,7 +64,9 @@ def start_tracking(tracking: TrackingParams, run_key: str, flow_name: str,
 def finish_tracking(tracking: Tracking, summary: dict[str, Any], status: str = "FINISHED") -> None:
     """Log the run's summary (metrics + JSON) and close it."""
     tracker = tracking.tracker
-    tracker.log_metrics(tracking.run_id, {k: v for k, v in summary.items() if isinstance(v, (int, float))})
+    tracker.log_metrics(
+        tracking.run_id, {k: v for k, v in summary.items() if isinstance(v, (int, float))}
+    )
     tracker.log_json(tracking.run_id, summary, "summary.json")
     tracker.end_run(tracking.run_id, status)
 
@@ -73,8 +77,13 @@ def log_curation(tracking: Tracking, result: dict[str, Any]) -> str:
     tracker = tracking.tracker
     stage = tracking.stage("curation")
     tracker.log_params(stage, result["settings"])
-    tracker.log_curation(stage, result["steps"], result["rows_in"], result["rows_out"],
-                         render=trace_writer_process().chart)  # drawn off this process's GIL
+    tracker.log_curation(
+        stage,
+        result["steps"],
+        result["rows_in"],
+        result["rows_out"],
+        render=trace_writer_process().chart,
+    )  # drawn off this process's GIL
     tracker.set_tags(stage, {"pii": result["pii"]})
     for key in ("curated_path", "dropped_path"):
         if result.get(key):
@@ -96,8 +105,13 @@ def trace_key(trajectory: dict[str, Any], index: int) -> str:
 
 
 def _writer_options(trace: dict[str, Any]) -> dict[str, Any]:
-    return {"run_id": trace["run_id"], "dataset": trace["dataset"], "sample_rate": trace["sample_rate"],
-            "max_spans": trace["max_spans"], "max_payload_chars": trace["max_payload_chars"]}
+    return {
+        "run_id": trace["run_id"],
+        "dataset": trace["dataset"],
+        "sample_rate": trace["sample_rate"],
+        "max_spans": trace["max_spans"],
+        "max_payload_chars": trace["max_payload_chars"],
+    }
 
 
 def open_trace_stream(trace: dict[str, Any]) -> Any:
@@ -105,8 +119,13 @@ def open_trace_stream(trace: dict[str, Any]) -> Any:
     from twinkle.tracking.writer import TraceStream
 
     tracker = trace["tracker"]
-    return TraceStream(trace_writer_process(), tracker.tracking_uri, tracker.experiment_id, trace["session"],
-                       **_writer_options(trace))
+    return TraceStream(
+        trace_writer_process(),
+        tracker.tracking_uri,
+        tracker.experiment_id,
+        trace["session"],
+        **_writer_options(trace),
+    )
 
 
 @task(name="trace-trajectories", task_run_name="trace-trajectories-{shard}", **_IO)
@@ -121,9 +140,14 @@ def trace_file(trace: dict[str, Any], path: str, offset: int, shard: int) -> dic
     trajectories = read_rows_cached([path])
     tracker = trace["tracker"]
     return trace_writer_process().write(
-        tracker.tracking_uri, tracker.experiment_id, trace["session"], trajectories,
-        [t.get("rewards") for t in trajectories], [trace_key(t, offset + i) for i, t in enumerate(trajectories)],
-        **_writer_options(trace))
+        tracker.tracking_uri,
+        tracker.experiment_id,
+        trace["session"],
+        trajectories,
+        [t.get("rewards") for t in trajectories],
+        [trace_key(t, offset + i) for i, t in enumerate(trajectories)],
+        **_writer_options(trace),
+    )
 
 
 @task(name="log-rollout", task_run_name="log-rollout", **_IO)
@@ -135,13 +159,19 @@ def log_rollout(tracking: Tracking, stage: str, result: dict[str, Any]) -> dict[
     tracker.log_params(stage, result["settings"])
     trajectories = read_rows_cached([result["scored_path"]])
     summary = tracker.log_rollout(stage, trajectories)
-    reward_metrics = tracker.log_rewards(stage, [t.get("rewards") for t in trajectories],
-                                         render=trace_writer_process().chart)
+    reward_metrics = tracker.log_rewards(
+        stage, [t.get("rewards") for t in trajectories], render=trace_writer_process().chart
+    )
     tracker.set_tags(stage, {f"skipped.{k}": v for k, v in result.get("skipped", {}).items()})
     if result.get("scored_path"):
         tracker.log_artifact(stage, result["scored_path"], "data")
     traces = result.get("traces", {})
     tracker.log_metrics(stage, {f"traces.{k}": v for k, v in traces.items()})
     tracker.end_run(stage)
-    return {**summary, **reward_metrics, "traces_written": traces.get("written", 0),
-            "traces_existing": traces.get("existing", 0), "traces_unsampled": traces.get("unsampled", 0)}
+    return {
+        **summary,
+        **reward_metrics,
+        "traces_written": traces.get("written", 0),
+        "traces_existing": traces.get("existing", 0),
+        "traces_unsampled": traces.get("unsampled", 0),
+    }

@@ -22,7 +22,9 @@ EXCLUDED = {
 }
 
 MODULES = sorted(
-    m.name for pkg in (twinkle, flows) for m in pkgutil.walk_packages(pkg.__path__, f"{pkg.__name__}.")
+    m.name
+    for pkg in (twinkle, flows)
+    for m in pkgutil.walk_packages(pkg.__path__, f"{pkg.__name__}.")
     if m.name not in EXCLUDED
 )
 

@@ -6,13 +6,38 @@ import sys
 import pytest
 
 LIGHT_MODULES = [
-    "twinkle", "twinkle.data_format", "twinkle.preprocessor", "twinkle.envs", "twinkle.core",
-    "twinkle.tools", "twinkle.protocol", "twinkle.rollout", "twinkle.sampler", "twinkle.sandbox",
-    "twinkle.integrations", "twinkle.container", "twinkle.tracking", "twinkle.cli", "twinkle.io",
+    "twinkle",
+    "twinkle.data_format",
+    "twinkle.preprocessor",
+    "twinkle.envs",
+    "twinkle.core",
+    "twinkle.tools",
+    "twinkle.protocol",
+    "twinkle.rollout",
+    "twinkle.sampler",
+    "twinkle.sandbox",
+    "twinkle.integrations",
+    "twinkle.container",
+    "twinkle.tracking",
+    "twinkle.cli",
+    "twinkle.io",
 ]
 HEAVY = [
-    "prefect", "mlflow", "ray", "presidio_analyzer", "spacy", "torch", "transformers", "e2b",
-    "openai", "fastapi", "uvicorn", "numpy", "pyarrow", "datasketch", "openenv",
+    "prefect",
+    "mlflow",
+    "ray",
+    "presidio_analyzer",
+    "spacy",
+    "torch",
+    "transformers",
+    "e2b",
+    "openai",
+    "fastapi",
+    "uvicorn",
+    "numpy",
+    "pyarrow",
+    "datasketch",
+    "openenv",
 ]
 
 

@@ -41,7 +41,6 @@ def _transition(prompt="What is 2+2?", hidden=None, text="4"):
     return s, Action.from_text(text), s.with_metadata(step=1, is_terminal=True)
 
 
-
 @pytest.mark.parametrize(
     "text,expected",
     [

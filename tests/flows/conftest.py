@@ -19,19 +19,47 @@ def conversation(i: int, email: str | None = None) -> dict:
     if email:
         ask += f" Send the result to {email} afterwards."
     write = {"path": "value.txt", "content": str(i * 7)}
-    return {"id": f"conv-{i}", "messages": [
-        {"role": "system", "content": "You are a careful shell agent working in a Linux sandbox."},
-        {"role": "user", "content": ask},
-        {"role": "assistant", "content": "I will write the file first.",
-         "tool_calls": [{"id": f"c{i}-w", "type": "function",
-                         "function": {"name": "write_file", "arguments": json.dumps(write)}}]},
-        {"role": "tool", "tool_call_id": f"c{i}-w", "content": "File written: value.txt"},
-        {"role": "assistant", "content": "Now I print it back to check.",
-         "tool_calls": [{"id": f"c{i}-r", "type": "function",
-                         "function": {"name": "run_command", "arguments": json.dumps({"command": "cat value.txt"})}}]},
-        {"role": "tool", "tool_call_id": f"c{i}-r", "content": str(i * 7)},
-        {"role": "assistant", "content": f"The file value.txt now holds {i * 7}, as the command output confirms."},
-    ]}
+    return {
+        "id": f"conv-{i}",
+        "messages": [
+            {
+                "role": "system",
+                "content": "You are a careful shell agent working in a Linux sandbox.",
+            },
+            {"role": "user", "content": ask},
+            {
+                "role": "assistant",
+                "content": "I will write the file first.",
+                "tool_calls": [
+                    {
+                        "id": f"c{i}-w",
+                        "type": "function",
+                        "function": {"name": "write_file", "arguments": json.dumps(write)},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": f"c{i}-w", "content": "File written: value.txt"},
+            {
+                "role": "assistant",
+                "content": "Now I print it back to check.",
+                "tool_calls": [
+                    {
+                        "id": f"c{i}-r",
+                        "type": "function",
+                        "function": {
+                            "name": "run_command",
+                            "arguments": json.dumps({"command": "cat value.txt"}),
+                        },
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": f"c{i}-r", "content": str(i * 7)},
+            {
+                "role": "assistant",
+                "content": f"The file value.txt now holds {i * 7}, as the command output confirms.",
+            },
+        ],
+    }
 
 
 @pytest.fixture(scope="session")
@@ -58,5 +86,7 @@ def conversations_file(tmp_path: Path) -> str:
 def tracking_params(tmp_path: Path):
     from flows.params import TrackingParams
 
-    return TrackingParams(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
-                          artifact_location=str(tmp_path / "mlruns"))
+    return TrackingParams(
+        tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+        artifact_location=str(tmp_path / "mlruns"),
+    )

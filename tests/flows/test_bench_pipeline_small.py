@@ -30,10 +30,16 @@ def bench():
 def test_overhead_part_compares_paired_rounds(bench, prefect_api, tmp_path):
     out = bench.bench_overhead(tmp_path, n_rows=300, n_traj=6, concurrency=4, repeats=1)
     assert out["rounds"] == 1 and out["trajectories"] == 6 and out["traces"] == 6
-    assert len(out["overhead_ratio_runs"]) == 1 and out["overhead_ratio"] == out["overhead_ratio_runs"][0]
+    assert (
+        len(out["overhead_ratio_runs"]) == 1
+        and out["overhead_ratio"] == out["overhead_ratio_runs"][0]
+    )
     assert set(out["cold_round"]) == {"stages_direct_s", "flow_s", "overhead_ratio"}
     parts = out["median_round"]
-    assert parts["flow_s"] == out["flow_runs_s"][0] and parts["stages_direct_s"] == out["stages_direct_runs_s"][0]
+    assert (
+        parts["flow_s"] == out["flow_runs_s"][0]
+        and parts["stages_direct_s"] == out["stages_direct_runs_s"][0]
+    )
     assert isinstance(out["ok"], bool)
 
 

@@ -7,12 +7,25 @@ import json
 from click.testing import CliRunner
 
 
-def test_twinkle_run_replays_the_input_and_prints_the_summary(prefect_api, tmp_path, conversations_file):
+def test_twinkle_run_replays_the_input_and_prints_the_summary(
+    prefect_api, tmp_path, conversations_file
+):
     from twinkle.cli import main
 
     db = tmp_path / "mlflow.db"
-    result = CliRunner().invoke(main, ["run", "--input", conversations_file, "--output", str(tmp_path / "out"),
-                                       "--tracking-uri", f"sqlite:///{db}", "--json"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "--input",
+            conversations_file,
+            "--output",
+            str(tmp_path / "out"),
+            "--tracking-uri",
+            f"sqlite:///{db}",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output.strip().splitlines()[-1])
     assert summary["rows_in"] == 5 and summary["trajectories"] == 4
@@ -29,9 +42,9 @@ def test_twinkle_run_rejects_a_model_without_an_endpoint():
 
 
 def test_twinkle_run_with_a_ray_address_but_no_prefect_server_says_what_to_start(monkeypatch):
-    from twinkle.cli import main
-
     from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from twinkle.cli import main
 
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     # No API URL even if another test of the session started the test harness's API.

@@ -23,8 +23,14 @@ def test_code_tasks_are_graded_through_the_sandbox_server():
         bad = _score({}, _answered("def add_numbers(a, b):\n    return a - b"), False, envs)
         # the host must not see what the graded code writes: it ran in a sandbox
         marker = f"/tmp/twinkle-host-marker-{secrets.token_hex(4)}"
-        escape = _score({}, _answered(
-            f"open({marker!r}, 'w').write('x')\ndef add_numbers(a, b):\n    return a + b"), False, envs)
+        escape = _score(
+            {},
+            _answered(
+                f"open({marker!r}, 'w').write('x')\ndef add_numbers(a, b):\n    return a + b"
+            ),
+            False,
+            envs,
+        )
     assert good["reward_outcome"] == "correct" and good["rewards"]["total"] == 1.0
     assert bad["reward_outcome"] == "wrong" and bad["rewards"]["total"] < 1.0
     assert escape["reward_outcome"] == "correct"

@@ -25,10 +25,19 @@ def mlflow_server(tmp_path_factory):
     """``http://127.0.0.1:<port>`` of the lean MLflow server the infra script starts."""
     data = tmp_path_factory.mktemp("mlflow-server")
     port = free_port()
-    env = {**os.environ, "MLFLOW_DATA": str(data), "MLFLOW_PORT": str(port)}  # the script finds .venv/bin/mlflow
+    env = {
+        **os.environ,
+        "MLFLOW_DATA": str(data),
+        "MLFLOW_PORT": str(port),
+    }  # the script finds .venv/bin/mlflow
     log = open(data / "server.log", "w")
-    proc = subprocess.Popen(["bash", str(ROOT / "infra" / "mlflow" / "start-server.sh")], env=env,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        ["bash", str(ROOT / "infra" / "mlflow" / "start-server.sh")],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 120
@@ -51,8 +60,9 @@ def mlflow_server(tmp_path_factory):
         log.close()
 
 
-def test_pipeline_tracks_into_an_mlflow_server_and_a_rerun_adds_nothing(prefect_api, mlflow_server, tmp_path,
-                                                                       conversations_file):
+def test_pipeline_tracks_into_an_mlflow_server_and_a_rerun_adds_nothing(
+    prefect_api, mlflow_server, tmp_path, conversations_file
+):
     import mlflow
 
     from flows.params import CurationParams, RolloutParams, RunParams, TrackingParams
@@ -60,12 +70,18 @@ def test_pipeline_tracks_into_an_mlflow_server_and_a_rerun_adds_nothing(prefect_
 
     cur = CurationParams(inputs=[conversations_file], pii="off")
     rol = RolloutParams(tasks=[], concurrency=4)
-    tracking = TrackingParams(tracking_uri=mlflow_server, experiment="over-http", run_key="http-run-1")
+    tracking = TrackingParams(
+        tracking_uri=mlflow_server, experiment="over-http", run_key="http-run-1"
+    )
     run = RunParams(output_dir=str(tmp_path / "out"))
     state = pipeline_flow(cur, rol, tracking, run, return_state=True)
     assert flow_state(state) == "COMPLETED"
     summary = state.result()
-    assert summary["trajectories"] == 4 and summary["traces_written"] == 4 and summary["reward_mean"] == 1.0
+    assert (
+        summary["trajectories"] == 4
+        and summary["traces_written"] == 4
+        and summary["reward_mean"] == 1.0
+    )
 
     client = mlflow.MlflowClient(mlflow_server)
     exp = client.get_experiment_by_name("over-http").experiment_id
@@ -74,8 +90,9 @@ def test_pipeline_tracks_into_an_mlflow_server_and_a_rerun_adds_nothing(prefect_
     assert set(stages) == {None, "curation", "rollout"}
     assert stages["curation"].data.metrics["rows_in"] == 5
     assert stages["rollout"].data.metrics["reward.fidelity.mean"] == 1.0
-    assert {a.path for a in client.list_artifacts(stages["rollout"].info.run_id, "data")} == \
-        {"data/examples.scored.jsonl"}
+    assert {a.path for a in client.list_artifacts(stages["rollout"].info.run_id, "data")} == {
+        "data/examples.scored.jsonl"
+    }
     traces = client.search_traces(locations=[exp], max_results=100)
     assert len(traces) == 4
     for trace in traces:

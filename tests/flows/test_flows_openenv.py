@@ -17,8 +17,12 @@ def binary_search(request: dict) -> dict:
     the middle; stops calling tools once the environment says the episode is over."""
     messages = request["messages"]
     low, high = map(int, re.search(r"between (\d+) and (\d+)", messages[1]["content"]).groups())
-    guesses = {c["id"]: json.loads(c["function"]["arguments"])["guess"]
-               for m in messages if m["role"] == "assistant" for c in m.get("tool_calls") or []}
+    guesses = {
+        c["id"]: json.loads(c["function"]["arguments"])["guess"]
+        for m in messages
+        if m["role"] == "assistant"
+        for c in m.get("tool_calls") or []
+    }
     for m in messages:
         if m["role"] != "tool":
             continue
@@ -27,27 +31,41 @@ def binary_search(request: dict) -> dict:
             return {"content": f"Done: {hint}"}
         low, high = (guess + 1, high) if hint.startswith("Higher") else (low, guess - 1)
     assert [t["function"]["name"] for t in request["tools"]] == ["guess"]
-    return {"content": "", "tool_calls": [{"name": "guess", "arguments": {"guess": (low + high) // 2}}]}
+    return {
+        "content": "",
+        "tool_calls": [{"name": "guess", "arguments": {"guess": (low + high) // 2}}],
+    }
 
 
-def test_rollout_flow_plays_openenv_episodes_and_records_episode_rewards(prefect_api, tmp_path, tracking_params):
+def test_rollout_flow_plays_openenv_episodes_and_records_episode_rewards(
+    prefect_api, tmp_path, tracking_params
+):
     from flows.params import PolicyParams, RolloutParams, RunParams
     from flows.rollout import rollout_flow
     from twinkle.testing.openai_server import OpenAIServer
 
     run = RunParams(output_dir=str(tmp_path / "out"))
     with OpenAIServer(binary_search) as server:
-        rollout = RolloutParams(conversations=[], tasks=[], openenv=["number_guess", "no_such_env"],
-                                openenv_episodes=3, concurrency=4,
-                                policy=PolicyParams(base_url=server.base_url, model="test-model"))
+        rollout = RolloutParams(
+            conversations=[],
+            tasks=[],
+            openenv=["number_guess", "no_such_env"],
+            openenv_episodes=3,
+            concurrency=4,
+            policy=PolicyParams(base_url=server.base_url, model="test-model"),
+        )
         state = rollout_flow(rollout, tracking_params, run, return_state=True)
         assert server.requests  # the policy really played
     assert flow_state(state) == "COMPLETED"
     summary = state.result()
     assert summary["trajectories"] == 6 and summary["failed"] == 3
-    assert summary["pass_rate"] == 0.5  # every number_guess episode solved; the missing env scores nothing
+    assert (
+        summary["pass_rate"] == 0.5
+    )  # every number_guess episode solved; the missing env scores nothing
 
-    scored = {t["id"]: t for t in map(json.loads, Path(summary["scored_path"]).read_text().splitlines())}
+    scored = {
+        t["id"]: t for t in map(json.loads, Path(summary["scored_path"]).read_text().splitlines())
+    }
     for k in range(3):
         game = scored[f"openenv-number_guess-{k}"]
         assert game["stop_reason"] == "stop" and game["reward_outcome"] == "solved"
@@ -56,9 +74,13 @@ def test_rollout_flow_plays_openenv_episodes_and_records_episode_rewards(prefect
         assert [t["function"]["name"] for t in game["tools"]] == ["guess"]
         assert "Guess a number between 1 and 100" in game["messages"][1]["content"]
         broken = scored[f"openenv-no_such_env-{k}"]
-        assert broken["stop_reason"] == "error" and broken["error"].startswith("OpenEnvError: ModuleNotFoundError")
+        assert broken["stop_reason"] == "error" and broken["error"].startswith(
+            "OpenEnvError: ModuleNotFoundError"
+        )
     # Each episode is reset with its own seed (its index).
-    targets = {t["id"]: t["messages"][-2]["content"] for t in scored.values() if "number_guess" in t["id"]}
+    targets = {
+        t["id"]: t["messages"][-2]["content"] for t in scored.values() if "number_guess" in t["id"]
+    }
     assert len(set(targets.values())) >= 2  # different seeds, different numbers
 
     client, exp = mlflow_client(tracking_params)
@@ -67,17 +89,26 @@ def test_rollout_flow_plays_openenv_episodes_and_records_episode_rewards(prefect
     solved = [t for t in traces if t.info.tags.get("reward.total") == "1.0"]
     assert len(solved) == 3
     for trace in solved:
-        assert {a.name: a.value for a in trace.info.assessments} == {"episode_reward": 1.0, "total": 1.0}
+        assert {a.name: a.value for a in trace.info.assessments} == {
+            "episode_reward": 1.0,
+            "total": 1.0,
+        }
         assert len(trace.search_spans(span_type="TOOL")) >= 1
     assert len(client.search_traces(locations=[exp], filter_string="tag.status = 'failed'")) == 3
 
 
-def test_openenv_episodes_with_the_replay_policy_are_skipped_with_a_note(prefect_api, tmp_path, tracking_params):
+def test_openenv_episodes_with_the_replay_policy_are_skipped_with_a_note(
+    prefect_api, tmp_path, tracking_params
+):
     from flows.params import RolloutParams, RunParams
     from flows.rollout import rollout_flow
 
-    rollout = RolloutParams(conversations=[], tasks=[], openenv=["number_guess"], openenv_episodes=2)
-    state = rollout_flow(rollout, tracking_params, RunParams(output_dir=str(tmp_path / "out")), return_state=True)
+    rollout = RolloutParams(
+        conversations=[], tasks=[], openenv=["number_guess"], openenv_episodes=2
+    )
+    state = rollout_flow(
+        rollout, tracking_params, RunParams(output_dir=str(tmp_path / "out")), return_state=True
+    )
     assert flow_state(state) == "COMPLETED"
     summary = state.result()
     assert summary["trajectories"] == 0
@@ -109,7 +140,9 @@ def openenv_server():
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-c", _OPENENV_SERVER], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _OPENENV_SERVER], stdout=subprocess.PIPE, text=True
+    )
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 60)
         assert ready, "the OpenEnv server did not start"
@@ -119,31 +152,45 @@ def openenv_server():
         proc.wait(timeout=15)
 
 
-def test_rollout_flow_plays_episodes_on_an_openenv_server(prefect_api, tmp_path, tracking_params, openenv_server):
+def test_rollout_flow_plays_episodes_on_an_openenv_server(
+    prefect_api, tmp_path, tracking_params, openenv_server
+):
     """Server mode: one OpenEnvClient session per episode on a real OpenEnv server."""
     from flows.params import PolicyParams, RolloutParams, RunParams
     from flows.rollout import rollout_flow
     from twinkle.testing.openai_server import OpenAIServer
 
     with OpenAIServer(binary_search) as server:
-        rollout = RolloutParams(conversations=[], tasks=[], openenv=["number_guess"], openenv_episodes=2,
-                                openenv_base_url=openenv_server,
-                                policy=PolicyParams(base_url=server.base_url, model="test-model"))
-        state = rollout_flow(rollout, tracking_params, RunParams(output_dir=str(tmp_path / "out")),
-                             return_state=True)
+        rollout = RolloutParams(
+            conversations=[],
+            tasks=[],
+            openenv=["number_guess"],
+            openenv_episodes=2,
+            openenv_base_url=openenv_server,
+            policy=PolicyParams(base_url=server.base_url, model="test-model"),
+        )
+        state = rollout_flow(
+            rollout, tracking_params, RunParams(output_dir=str(tmp_path / "out")), return_state=True
+        )
     assert flow_state(state) == "COMPLETED"
     summary = state.result()
     assert summary["trajectories"] == 2 and summary["failed"] == 0 and summary["reward_mean"] == 1.0
     scored = [json.loads(line) for line in Path(summary["scored_path"]).read_text().splitlines()]
-    assert all("between 1 and 50" in t["messages"][1]["content"] for t in scored)  # the server's settings
+    assert all(
+        "between 1 and 50" in t["messages"][1]["content"] for t in scored
+    )  # the server's settings
     assert all(t["rewards"] == {"episode_reward": 1.0, "total": 1.0} for t in scored)
 
 
 def _scored(summary: dict) -> dict[str, dict]:
-    return {t["id"]: t for t in map(json.loads, Path(summary["scored_path"]).read_text().splitlines())}
+    return {
+        t["id"]: t for t in map(json.loads, Path(summary["scored_path"]).read_text().splitlines())
+    }
 
 
-def test_openenv_seed_and_constructor_kwargs_reach_the_embedded_episodes(prefect_api, tmp_path, tracking_params):
+def test_openenv_seed_and_constructor_kwargs_reach_the_embedded_episodes(
+    prefect_api, tmp_path, tracking_params
+):
     """Two runs into the same output directory with different ``openenv_seed``: each plays the
     episodes reset with its seeds (not the first run's cached trajectories), on environments
     built with ``openenv_env_kwargs`` (a 1..1000 range, 10 attempts)."""
@@ -163,9 +210,16 @@ def test_openenv_seed_and_constructor_kwargs_reach_the_embedded_episodes(prefect
     played = {}
     with OpenAIServer(binary_search) as server:
         for seed in (0, 5):
-            rollout = RolloutParams(conversations=[], tasks=[], openenv=["number_guess"], openenv_episodes=2,
-                                    openenv_seed=seed, openenv_env_kwargs=kwargs, max_turns=16,
-                                    policy=PolicyParams(base_url=server.base_url, model="test-model"))
+            rollout = RolloutParams(
+                conversations=[],
+                tasks=[],
+                openenv=["number_guess"],
+                openenv_episodes=2,
+                openenv_seed=seed,
+                openenv_env_kwargs=kwargs,
+                max_turns=16,
+                policy=PolicyParams(base_url=server.base_url, model="test-model"),
+            )
             state = rollout_flow(rollout, tracking_params, run, return_state=True)
             assert flow_state(state) == "COMPLETED"
             played[seed] = _scored(state.result())
@@ -176,23 +230,30 @@ def test_openenv_seed_and_constructor_kwargs_reach_the_embedded_episodes(prefect
             game = scored[f"openenv-number_guess-{k}"]
             assert user_data_get(game["user_data"], "seed") == k
             # The constructor arguments: the range and attempts of the first observation.
-            assert "Guess a number between 1 and 1000. You have 10 attempts." in game["messages"][1]["content"]
+            assert (
+                "Guess a number between 1 and 1000. You have 10 attempts."
+                in game["messages"][1]["content"]
+            )
             # The reset seed: the secret number the env hides for it.
             assert game["messages"][-2]["content"] == f"Correct! The number was {secret(k)}."
             assert game["rewards"] == {"episode_reward": 1.0, "total": 1.0}
-    assert {secret(k) for k in (0, 1)} != {secret(k) for k in (5, 6)}  # the seeds tell the runs apart
+    assert {secret(k) for k in (0, 1)} != {
+        secret(k) for k in (5, 6)
+    }  # the seeds tell the runs apart
 
 
 def test_constructor_kwargs_the_env_does_not_take_fail_the_episode_with_the_reason():
     from flows.rollout import openenv_rows, provision_openenvs
 
-    [(env, error, _)] = provision_openenvs.fn(openenv_rows(["number_guess"], 1, seed=3), None, 1,
-                                              {"number_guess": {"colour": "red"}})
+    [(env, error, _)] = provision_openenvs.fn(
+        openenv_rows(["number_guess"], 1, seed=3), None, 1, {"number_guess": {"colour": "red"}}
+    )
     assert env is None and error.startswith("TypeError") and "colour" in error
 
 
 def test_constructor_kwargs_against_an_openenv_server_fail_those_episodes_with_the_reason(
-        prefect_api, tmp_path, tracking_params, openenv_server):
+    prefect_api, tmp_path, tracking_params, openenv_server
+):
     """The server builds its own environments (openenv's session protocol has no constructor
     arguments): the episodes given arguments fail with the reason, the others play, the flow
     completes."""
@@ -201,12 +262,19 @@ def test_constructor_kwargs_against_an_openenv_server_fail_those_episodes_with_t
     from twinkle.testing.openai_server import OpenAIServer
 
     with OpenAIServer(binary_search) as server:
-        rollout = RolloutParams(conversations=[], tasks=[], openenv=["number_guess"], openenv_episodes=2,
-                                openenv_seed=3, openenv_base_url=openenv_server,
-                                openenv_env_kwargs={"number_guess": {"high": 1000}},
-                                policy=PolicyParams(base_url=server.base_url, model="test-model"))
-        state = rollout_flow(rollout, tracking_params, RunParams(output_dir=str(tmp_path / "out")),
-                             return_state=True)
+        rollout = RolloutParams(
+            conversations=[],
+            tasks=[],
+            openenv=["number_guess"],
+            openenv_episodes=2,
+            openenv_seed=3,
+            openenv_base_url=openenv_server,
+            openenv_env_kwargs={"number_guess": {"high": 1000}},
+            policy=PolicyParams(base_url=server.base_url, model="test-model"),
+        )
+        state = rollout_flow(
+            rollout, tracking_params, RunParams(output_dir=str(tmp_path / "out")), return_state=True
+        )
         assert not server.requests  # no episode was played with settings other than those asked for
     assert flow_state(state) == "COMPLETED"
     summary = state.result()
@@ -215,8 +283,10 @@ def test_constructor_kwargs_against_an_openenv_server_fail_those_episodes_with_t
     assert sorted(scored) == ["openenv-number_guess-3", "openenv-number_guess-4"]
     for game in scored.values():
         assert game["stop_reason"] == "error" and game["reward_outcome"] == "error"
-        assert game["error"].startswith("OpenEnvError: openenv_env_kwargs for 'number_guess' (high) cannot be "
-                                        f"applied on the OpenEnv server {openenv_server}")
+        assert game["error"].startswith(
+            "OpenEnvError: openenv_env_kwargs for 'number_guess' (high) cannot be "
+            f"applied on the OpenEnv server {openenv_server}"
+        )
 
 
 def test_rollout_params_reject_constructor_kwargs_for_an_env_not_played():
@@ -226,8 +296,11 @@ def test_rollout_params_reject_constructor_kwargs_for_an_env_not_played():
 
     ok = RolloutParams(openenv=["number_guess"], openenv_env_kwargs={"number_guess": {"high": 10}})
     assert ok.openenv_env_kwargs == {"number_guess": {"high": 10}} and ok.openenv_seed == 0
-    with pytest.raises(ValidationError, match="openenv_env_kwargs names environments not in openenv: "
-                                              r"numbr_guess \(openenv: number_guess\)"):
+    with pytest.raises(
+        ValidationError,
+        match="openenv_env_kwargs names environments not in openenv: "
+        r"numbr_guess \(openenv: number_guess\)",
+    ):
         RolloutParams(openenv=["number_guess"], openenv_env_kwargs={"numbr_guess": {"high": 10}})
     with pytest.raises(ValidationError, match="not in openenv: number_guess \\(openenv: none\\)"):
         RolloutParams(openenv_env_kwargs={"number_guess": {}})

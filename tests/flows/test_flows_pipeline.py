@@ -24,8 +24,9 @@ def _params(tmp_path, conversations_file, **rollout):
     return cur, rol, RunParams(output_dir=str(tmp_path / "out"))
 
 
-def test_pipeline_replays_in_sandboxes_and_tracks_everything(prefect_api, tmp_path, conversations_file,
-                                                           tracking_params):
+def test_pipeline_replays_in_sandboxes_and_tracks_everything(
+    prefect_api, tmp_path, conversations_file, tracking_params
+):
     from flows.pipeline import pipeline_flow
 
     cur, rol, run = _params(tmp_path, conversations_file)
@@ -75,13 +76,17 @@ def _progress_artifacts(state) -> list:
     )
 
     with get_client(sync_client=True) as client:
-        return client.read_artifacts(artifact_filter=ArtifactFilter(
-            flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id]),
-            type=ArtifactFilterType(any_=["progress"])))
+        return client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id]),
+                type=ArtifactFilterType(any_=["progress"]),
+            )
+        )
 
 
-def test_rerun_with_the_same_key_resumes_cached_stages_without_duplicates(prefect_api, tmp_path,
-                                                                         conversations_file, tracking_params):
+def test_rerun_with_the_same_key_resumes_cached_stages_without_duplicates(
+    prefect_api, tmp_path, conversations_file, tracking_params
+):
     from flows.pipeline import pipeline_flow
 
     cur, rol, run = _params(tmp_path, conversations_file)
@@ -100,23 +105,39 @@ def test_rerun_with_the_same_key_resumes_cached_stages_without_duplicates(prefec
     assert results and max(p.stat().st_size for p in results) < 20_000
 
     # Another run (new key) over the same outputs: stages cached, its own traces written from the file.
-    other = pipeline_flow(cur, rol, tracking_params.model_copy(update={"run_key": "nightly-43"}), run,
-                          return_state=True)
+    other = pipeline_flow(
+        cur,
+        rol,
+        tracking_params.model_copy(update={"run_key": "nightly-43"}),
+        run,
+        return_state=True,
+    )
     states = task_states(other)
     assert states["run-rollouts-0"] == "Cached" and states["trace-trajectories-0"] == "Completed"
     assert other.result()["traces_written"] == 4 and other.result()["reward_mean"] == 1.0
-    assert len(client.search_traces(locations=[exp], filter_string="tag.`twinkle.session` = 'nightly-43'")) == 4
+    assert (
+        len(
+            client.search_traces(
+                locations=[exp], filter_string="tag.`twinkle.session` = 'nightly-43'"
+            )
+        )
+        == 4
+    )
 
 
-def test_task_environments_with_a_live_policy_get_rewards_and_token_usage(prefect_api, tmp_path,
-                                                                          tracking_params):
+def test_task_environments_with_a_live_policy_get_rewards_and_token_usage(
+    prefect_api, tmp_path, tracking_params
+):
     from flows.params import PolicyParams, RolloutParams, RunParams
     from flows.rollout import rollout_flow
     from twinkle.integrations.rollout_bridge import trajectories_for
     from twinkle.testing.openai_server import OpenAIServer
 
     tasks = trajectories_for("math", [0, 1, 2])
-    answers = {t["messages"][-1]["content"]: json.loads(dict(t["user_data"])["ground_truth"]) for t in tasks}
+    answers = {
+        t["messages"][-1]["content"]: json.loads(dict(t["user_data"])["ground_truth"])
+        for t in tasks
+    }
     answers[tasks[2]["messages"][-1]["content"]] = "wrong"
 
     def respond(request):
@@ -124,10 +145,15 @@ def test_task_environments_with_a_live_policy_get_rewards_and_token_usage(prefec
         return {"content": f"The answer is \\boxed{{{answers.get(question, '0')}}}."}
 
     with OpenAIServer(respond) as server:
-        rollout = RolloutParams(conversations=[], tasks=["math"], tasks_limit=3,
-                                policy=PolicyParams(base_url=server.base_url, model="test-model"))
-        state = rollout_flow(rollout, tracking_params, RunParams(output_dir=str(tmp_path / "out")),
-                             return_state=True)
+        rollout = RolloutParams(
+            conversations=[],
+            tasks=["math"],
+            tasks_limit=3,
+            policy=PolicyParams(base_url=server.base_url, model="test-model"),
+        )
+        state = rollout_flow(
+            rollout, tracking_params, RunParams(output_dir=str(tmp_path / "out")), return_state=True
+        )
     assert flow_state(state) == "COMPLETED"
     summary = state.result()
     assert summary["trajectories"] == 3 and summary["pass_rate"] == pytest.approx(2 / 3)
@@ -140,23 +166,35 @@ def test_task_environments_with_a_live_policy_get_rewards_and_token_usage(prefec
 
 
 def test_failing_endpoint_and_sandbox_mark_trajectories_failed_and_the_flow_completes(
-        prefect_api, tmp_path, conversations_file, tracking_params):
+    prefect_api, tmp_path, conversations_file, tracking_params
+):
     from flows.params import PolicyParams, RolloutParams, RunParams, SandboxParams
     from flows.rollout import rollout_flow
 
     dead = f"http://127.0.0.1:{free_port()}"  # a port nobody listens on
     run = RunParams(output_dir=str(tmp_path / "out"))
-    no_model = RolloutParams(conversations=[conversations_file], tasks=["math"], tasks_limit=2,
-                             policy=PolicyParams(base_url=dead + "/v1", model="m", request_timeout_s=5))
+    no_model = RolloutParams(
+        conversations=[conversations_file],
+        tasks=["math"],
+        tasks_limit=2,
+        policy=PolicyParams(base_url=dead + "/v1", model="m", request_timeout_s=5),
+    )
     state = rollout_flow(no_model, tracking_params, run, return_state=True)
     assert flow_state(state) == "COMPLETED"
     out = state.result()
-    assert out["stop_reasons"] == {"api_error": 7} and out["failed"] == 7  # 5 conversations + 2 tasks
+    assert (
+        out["stop_reasons"] == {"api_error": 7} and out["failed"] == 7
+    )  # 5 conversations + 2 tasks
 
-    no_sandbox = RolloutParams(conversations=[conversations_file], tasks=[],
-                               sandbox=SandboxParams(api_url=dead))
-    state = rollout_flow(no_sandbox, tracking_params.model_copy(update={"run_key": "sandbox-down"}), run,
-                         return_state=True)
+    no_sandbox = RolloutParams(
+        conversations=[conversations_file], tasks=[], sandbox=SandboxParams(api_url=dead)
+    )
+    state = rollout_flow(
+        no_sandbox,
+        tracking_params.model_copy(update={"run_key": "sandbox-down"}),
+        run,
+        return_state=True,
+    )
     assert flow_state(state) == "COMPLETED"
     scored = [json.loads(line) for line in open(state.result()["scored_path"])]
     assert len(scored) == 5 and all(t["error"].startswith("SandboxError") for t in scored)
@@ -175,8 +213,9 @@ pipeline_flow(CurationParams(inputs=[sys.argv[1]], pii="off"),
 """
 
 
-def test_a_flow_killed_halfway_resumes_from_finished_stages(prefect_api, tmp_path, conversations_file,
-                                                            tracking_params):
+def test_a_flow_killed_halfway_resumes_from_finished_stages(
+    prefect_api, tmp_path, conversations_file, tracking_params
+):
     from flows.params import RolloutParams, RunParams
     from flows.pipeline import pipeline_flow
     from twinkle.testing.openai_server import OpenAIServer, echo
@@ -185,9 +224,21 @@ def test_a_flow_killed_halfway_resumes_from_finished_stages(prefect_api, tmp_pat
     curated = out / "curated" / "examples.jsonl"
     with OpenAIServer(echo(), delay_ms=60_000) as slow:  # the rollout stage hangs until killed
         env = {**os.environ, "PREFECT_API_URL": prefect_api, "PYTHONPATH": str(Path.cwd())}
-        proc = subprocess.Popen([sys.executable, "-c", _KILLED_RUN, conversations_file, slow.base_url,
-                                 tracking_params.tracking_uri, str(out)], env=env, start_new_session=True,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _KILLED_RUN,
+                conversations_file,
+                slow.base_url,
+                tracking_params.tracking_uri,
+                str(out),
+            ],
+            env=env,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             deadline = time.time() + 120
             while not slow.requests and time.time() < deadline and proc.poll() is None:
@@ -199,13 +250,22 @@ def test_a_flow_killed_halfway_resumes_from_finished_stages(prefect_api, tmp_pat
             proc.wait(timeout=30)
 
     cur, _, run = _params(tmp_path, conversations_file)
-    rerun = pipeline_flow(cur, RolloutParams(tasks=[], concurrency=4),
-                          tracking_params.model_copy(update={"run_key": "killed"}), RunParams(output_dir=str(out)),
-                          return_state=True)
+    rerun = pipeline_flow(
+        cur,
+        RolloutParams(tasks=[], concurrency=4),
+        tracking_params.model_copy(update={"run_key": "killed"}),
+        RunParams(output_dir=str(out)),
+        return_state=True,
+    )
     assert flow_state(rerun) == "COMPLETED"
     states = task_states(rerun)
     assert states["dedup-rows"] == states["run-filters-0"] == states["write-curated"] == "Cached"
     assert states["run-rollouts-0"] == "Completed"  # new policy settings: this stage runs again
     assert rerun.result()["reward_mean"] == 1.0
     client, exp = mlflow_client(tracking_params)
-    assert len([r for r in client.search_runs([exp]) if r.data.tags.get("twinkle.run_key") == "killed"]) == 1
+    assert (
+        len(
+            [r for r in client.search_runs([exp]) if r.data.tags.get("twinkle.run_key") == "killed"]
+        )
+        == 1
+    )

@@ -21,7 +21,11 @@ def test_listeners_see_every_count_up_to_the_total_and_a_broken_listener_is_igno
         StageProgress.listeners.clear()
     counts = [done for _, done, _ in seen]
     assert seen[0] == ("rollout", 0, 5)  # shown as the stage starts, before anything finished
-    assert seen[-1] == ("rollout", 5, 5) and counts == sorted(counts) and len(set(counts)) == len(counts)
+    assert (
+        seen[-1] == ("rollout", 5, 5)
+        and counts == sorted(counts)
+        and len(set(counts)) == len(counts)
+    )
 
 
 def test_progress_artifact_in_a_flow_run_reaches_100_percent(prefect_api):
@@ -42,9 +46,12 @@ def test_progress_artifact_in_a_flow_run_reaches_100_percent(prefect_api):
 
     state = counting(return_state=True)
     with get_client(sync_client=True) as client:
-        found = client.read_artifacts(artifact_filter=ArtifactFilter(
-            flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id]),
-            type=ArtifactFilterType(any_=["progress"])))
+        found = client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id]),
+                type=ArtifactFilterType(any_=["progress"]),
+            )
+        )
     assert [(a.data, a.description) for a in found] == [(100.0, "rollout: 3/3 finished")]
 
 

@@ -43,24 +43,48 @@ def ray_head(prefect_api):
 
     assert not ray.is_initialized(), "a Ray runtime of another test is still up in this process"
     temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths live under it
-    env = {**os.environ, "PREFECT_API_URL": prefect_api, "RAY_USAGE_STATS_ENABLED": "0",
-           # ``ray start`` turns token auth on when ~/.ray/auth_token exists, but a driver given an
-           # explicit address does not: say "token" on both sides, and make sure the token exists.
-           "RAY_AUTH_MODE": "token",
-           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    subprocess.run([*RAY, "get-auth-token", "--generate"], env=env, check=True, capture_output=True, timeout=60)
+    env = {
+        **os.environ,
+        "PREFECT_API_URL": prefect_api,
+        "RAY_USAGE_STATS_ENABLED": "0",
+        # ``ray start`` turns token auth on when ~/.ray/auth_token exists, but a driver given an
+        # explicit address does not: say "token" on both sides, and make sure the token exists.
+        "RAY_AUTH_MODE": "token",
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+    }
+    subprocess.run(
+        [*RAY, "get-auth-token", "--generate"], env=env, check=True, capture_output=True, timeout=60
+    )
     with open(Path(temp) / "head.log", "w") as log:  # the child keeps its own copy of the file
         proc = subprocess.Popen(
-            [*RAY, "start", "--head", "--block", "--port=0", "--num-cpus=2", "--include-dashboard=false",
-             "--object-store-memory=200000000", f"--temp-dir={temp}", "--disable-usage-stats",
-             f"--dashboard-port={free_port()}", f"--ray-client-server-port={free_port()}"],
-            env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                *RAY,
+                "start",
+                "--head",
+                "--block",
+                "--port=0",
+                "--num-cpus=2",
+                "--include-dashboard=false",
+                "--object-store-memory=200000000",
+                f"--temp-dir={temp}",
+                "--disable-usage-stats",
+                f"--dashboard-port={free_port()}",
+                f"--ray-client-server-port={free_port()}",
+            ],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         address_file = Path(temp) / "ray_current_cluster"  # written once the head is up
         deadline = time.time() + 120
         while not address_file.exists() and proc.poll() is None and time.time() < deadline:
             time.sleep(0.2)
-        assert address_file.exists(), f"Ray head did not start: {(Path(temp) / 'head.log').read_text()[-2000:]}"
+        assert address_file.exists(), (
+            f"Ray head did not start: {(Path(temp) / 'head.log').read_text()[-2000:]}"
+        )
         with pytest.MonkeyPatch.context() as mp:
             # The flows' driver connection, in this process: Ray reads the mode into its config
             # at import, so make it re-read it (Ray's own test helper), now and after the module.
@@ -87,8 +111,13 @@ def ray_tasks(state) -> dict[str, str]:
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
 
     with get_client(sync_client=True) as client:
-        children = client.read_flow_runs(flow_run_filter=FlowRunFilter(
-            parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[state.state_details.flow_run_id])))
+        children = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                parent_flow_run_id=FlowRunFilterParentFlowRunId(
+                    any_=[state.state_details.flow_run_id]
+                )
+            )
+        )
     assert [c.state.type.value for c in children] == ["COMPLETED"]
     return task_states(SimpleNamespace(state_details=SimpleNamespace(flow_run_id=children[0].id)))
 
@@ -119,26 +148,48 @@ def stage_metrics(tracking, stage: str) -> dict[str, dict[str, float]]:
     client, exp = mlflow_client(tracking)
     runs = client.search_runs([exp])
     keys = {r.info.run_id: r.data.tags.get("twinkle.run_key") for r in runs}
-    return {keys[r.data.tags["mlflow.parentRunId"]]: {k: v for k, v in r.data.metrics.items()
-                                                       if not k.endswith("seconds")}
-            for r in runs if r.data.tags.get("twinkle.stage") == stage}
+    return {
+        keys[r.data.tags["mlflow.parentRunId"]]: {
+            k: v for k, v in r.data.metrics.items() if not k.endswith("seconds")
+        }
+        for r in runs
+        if r.data.tags.get("twinkle.stage") == stage
+    }
 
 
-def test_curation_on_ray_matches_the_thread_pool_run(prefect_api, ray_head, tmp_path, tracking_params):
+def test_curation_on_ray_matches_the_thread_pool_run(
+    prefect_api, ray_head, tmp_path, tracking_params
+):
     from flows.curation import curation_flow
     from flows.params import CurationParams, RunParams
 
     address, logs = ray_head
-    params = CurationParams(pii="off", shard_size=10)  # the bundled examples, 10 rows per filter task
-    local = curation_flow(params, tracking_params.model_copy(update={"run_key": "threads"}),
-                          RunParams(output_dir=str(tmp_path / "threads")), return_state=True)
-    on_ray = curation_flow(params, tracking_params.model_copy(update={"run_key": "ray"}),
-                           RunParams(output_dir=str(tmp_path / "ray"), ray_address=address), return_state=True)
+    params = CurationParams(
+        pii="off", shard_size=10
+    )  # the bundled examples, 10 rows per filter task
+    local = curation_flow(
+        params,
+        tracking_params.model_copy(update={"run_key": "threads"}),
+        RunParams(output_dir=str(tmp_path / "threads")),
+        return_state=True,
+    )
+    on_ray = curation_flow(
+        params,
+        tracking_params.model_copy(update={"run_key": "ray"}),
+        RunParams(output_dir=str(tmp_path / "ray"), ray_address=address),
+        return_state=True,
+    )
     assert flow_state(local) == flow_state(on_ray) == "COMPLETED"
     a, b = local.result(), on_ray.result()
-    assert (b["rows_in"], b["rows_out"], b["dropped"]) == (a["rows_in"], a["rows_out"], a["dropped"])
+    assert (b["rows_in"], b["rows_out"], b["dropped"]) == (
+        a["rows_in"],
+        a["rows_out"],
+        a["dropped"],
+    )
     assert a["rows_out"] < a["rows_in"]  # the examples do lose rows to the filters
-    assert Path(b["curated_path"]).read_bytes() == Path(a["curated_path"]).read_bytes()  # same rows, same order
+    assert (
+        Path(b["curated_path"]).read_bytes() == Path(a["curated_path"]).read_bytes()
+    )  # same rows, same order
     dropped = [Counter(Path(s["dropped_path"]).read_text().splitlines()) for s in (a, b)]
     assert dropped[0] == dropped[1] and sum(dropped[0].values()) == a["dropped"]
 
@@ -156,15 +207,22 @@ def test_curation_on_ray_matches_the_thread_pool_run(prefect_api, ray_head, tmp_
     assert_ran_in_ray_workers(logs, filters)
 
 
-def test_rollout_on_ray_scores_and_traces_each_trajectory_once(prefect_api, ray_head, tmp_path,
-                                                               conversations_file, tracking_params):
+def test_rollout_on_ray_scores_and_traces_each_trajectory_once(
+    prefect_api, ray_head, tmp_path, conversations_file, tracking_params
+):
     from flows.params import RolloutParams, RunParams
     from flows.rollout import rollout_flow
 
     address, logs = ray_head
-    rollout = RolloutParams(conversations=[conversations_file], tasks=[], concurrency=2, shard_size=2)
-    state = rollout_flow(rollout, tracking_params, RunParams(output_dir=str(tmp_path / "out"), ray_address=address),
-                         return_state=True)  # the flow starts its own local sandbox server
+    rollout = RolloutParams(
+        conversations=[conversations_file], tasks=[], concurrency=2, shard_size=2
+    )
+    state = rollout_flow(
+        rollout,
+        tracking_params,
+        RunParams(output_dir=str(tmp_path / "out"), ray_address=address),
+        return_state=True,
+    )  # the flow starts its own local sandbox server
     assert flow_state(state) == "COMPLETED"
     summary = state.result()
     assert summary["trajectories"] == 5 and summary["failed"] == 0  # the duplicate conversation too
@@ -184,7 +242,8 @@ def test_rollout_on_ray_scores_and_traces_each_trajectory_once(prefect_api, ray_
     client, exp = mlflow_client(tracking_params)
     traces = client.search_traces(locations=[exp])
     assert sorted(t.info.tags["twinkle.trace_key"] for t in traces) == sorted(
-        f"{i}:{r['id']}" for i, r in enumerate(inputs))
+        f"{i}:{r['id']}" for i, r in enumerate(inputs)
+    )
     assert {t.info.tags["reward.total"] for t in traces} == {"1.0"}
     assert summary["traces_written"] == 5
     # With no run_key, the MLflow run and trace session are keyed by the flow run that was
@@ -195,8 +254,9 @@ def test_rollout_on_ray_scores_and_traces_each_trajectory_once(prefect_api, ray_
     assert len(runs) == 1 and runs[0].info.run_id == summary["mlflow_run_id"]
 
 
-def test_pipeline_on_ray_and_its_rerun_from_cache(prefect_api, ray_head, tmp_path, conversations_file,
-                                                  tracking_params):
+def test_pipeline_on_ray_and_its_rerun_from_cache(
+    prefect_api, ray_head, tmp_path, conversations_file, tracking_params
+):
     from flows.params import CurationParams, RolloutParams, RunParams
     from flows.pipeline import pipeline_flow
 

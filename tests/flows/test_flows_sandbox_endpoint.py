@@ -26,6 +26,8 @@ def test_local_server_serves_then_is_released_while_the_block_goes_on(monkeypatc
 
 def test_a_given_api_url_is_used_as_is_and_release_does_nothing(monkeypatch):
     monkeypatch.setenv("TWINKLE_TEST_KEY", "k-123")
-    with sandbox_endpoint(SandboxParams(api_url="http://127.0.0.1:9", api_key_env="TWINKLE_TEST_KEY")) as endpoint:
+    with sandbox_endpoint(
+        SandboxParams(api_url="http://127.0.0.1:9", api_key_env="TWINKLE_TEST_KEY")
+    ) as endpoint:
         endpoint.release()
         assert endpoint() == {"api_url": "http://127.0.0.1:9", "api_key": "k-123"}

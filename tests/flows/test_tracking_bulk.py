@@ -13,13 +13,29 @@ _NOW = time.time_ns()
 
 
 def _trajectory(i: int, failed: bool = False) -> dict:
-    now = _NOW + i * 1_000_000 - (3 * 86400 * 10**9 if i == 2 else 0)  # an old one: rollups queue its day
+    now = (
+        _NOW + i * 1_000_000 - (3 * 86400 * 10**9 if i == 2 else 0)
+    )  # an old one: rollups queue its day
     return {
-        "id": f"row-{i}", "stop_reason": "api_error" if failed else "stop", "turns": 1,
+        "id": f"row-{i}",
+        "stop_reason": "api_error" if failed else "stop",
+        "turns": 1,
         "error": "endpoint down" if failed else None,
-        "messages": [{"role": "user", "content": f"say {i}"}, {"role": "assistant", "content": str(i)}],
-        "turn_log": [{"type": "llm", "turn": 1, "start_ns": now - 1_000_000_000, "latency_s": 0.25,
-                      "prompt_tokens": 5, "completion_tokens": 1, "finish_reason": "stop"}],
+        "messages": [
+            {"role": "user", "content": f"say {i}"},
+            {"role": "assistant", "content": str(i)},
+        ],
+        "turn_log": [
+            {
+                "type": "llm",
+                "turn": 1,
+                "start_ns": now - 1_000_000_000,
+                "latency_s": 0.25,
+                "prompt_tokens": 5,
+                "completion_tokens": 1,
+                "finish_reason": "stop",
+            }
+        ],
     }
 
 
@@ -37,7 +53,9 @@ def _infos(uri: str, eid: str, n: int) -> tuple[TraceWriter, list]:
     for i in range(n):
         traj = _trajectory(i, failed=(i == 1))
         reward = {"total": float(i % 2), "judge": None, "label": "ok"}
-        out.append(writer._entities(writer.trace_id_for(f"k{i}"), f"k{i}", traj, build_spans(traj), reward))
+        out.append(
+            writer._entities(writer.trace_id_for(f"k{i}"), f"k{i}", traj, build_spans(traj), reward)
+        )
     return writer, out
 
 
@@ -46,11 +64,21 @@ def _view(info) -> dict:
     return {
         "tags": {k: v for k, v in info.tags.items() if k != "mlflow.artifactLocation"},
         "artifact_suffix": info.tags["mlflow.artifactLocation"].rsplit("/", 3)[-3:],
-        "metadata": dict(info.trace_metadata), "state": info.state, "request_time": info.request_time,
-        "duration": info.execution_duration, "previews": (info.request_preview, info.response_preview),
+        "metadata": dict(info.trace_metadata),
+        "state": info.state,
+        "request_time": info.request_time,
+        "duration": info.execution_duration,
+        "previews": (info.request_preview, info.response_preview),
         "client_request_id": info.client_request_id,
-        "assessments": sorted((a.name, getattr(a, "value", None), a.error.error_code if a.error else None,
-                               a.source.source_type) for a in info.assessments),
+        "assessments": sorted(
+            (
+                a.name,
+                getattr(a, "value", None),
+                a.error.error_code if a.error else None,
+                a.source.source_type,
+            )
+            for a in info.assessments
+        ),
         "token_usage": info.token_usage,
     }
 
@@ -58,7 +86,9 @@ def _view(info) -> dict:
 def test_bulk_rows_read_back_like_start_trace_and_log_spans_rows(tmp_path, monkeypatch):
     from mlflow import MlflowClient
 
-    monkeypatch.setenv("MLFLOW_SQL_TRACE_ROLLUPS_ENABLED", "true")  # opt-in: its rebuild queue is compared too
+    monkeypatch.setenv(
+        "MLFLOW_SQL_TRACE_ROLLUPS_ENABLED", "true"
+    )  # opt-in: its rebuild queue is compared too
 
     uri_a, eid_a, store_a = _store(tmp_path, "a")
     uri_b, eid_b, store_b = _store(tmp_path, "b")
@@ -77,10 +107,14 @@ def test_bulk_rows_read_back_like_start_trace_and_log_spans_rows(tmp_path, monke
         assert len(got_a.data.spans) == 2
     # Sessions, search filters (promoted columns) and span-content search agree too.
     for uri, eid in ((uri_a, eid_a), (uri_b, eid_b)):
-        found = MlflowClient(uri).search_traces(locations=[eid], filter_string="tag.status = 'failed'")
+        found = MlflowClient(uri).search_traces(
+            locations=[eid], filter_string="tag.status = 'failed'"
+        )
         assert [t.info.tags["twinkle.trace_key"] for t in found] == ["k1"]
-        assert {t.info.trace_metadata.get("mlflow.trace.session")
-                for t in MlflowClient(uri).search_traces(locations=[eid])} == {"session-1"}
+        assert {
+            t.info.trace_metadata.get("mlflow.trace.session")
+            for t in MlflowClient(uri).search_traces(locations=[eid])
+        } == {"session-1"}
         found = MlflowClient(uri).search_traces(locations=[eid], filter_string="span.type = 'LLM'")
         assert len(found) == 3
     # The rows no read API shows: every table's row count, payload generations, token
@@ -94,12 +128,15 @@ def test_bulk_rows_read_back_like_start_trace_and_log_spans_rows(tmp_path, monke
             out = {t: db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}
             out["trace_info"] = db.execute(
                 "SELECT request_id, timestamp_ms, execution_time_ms, status, db_payload_generation, session_id, "
-                "trace_name, input_tokens, output_tokens, total_tokens FROM trace_info ORDER BY request_id").fetchall()
+                "trace_name, input_tokens, output_tokens, total_tokens FROM trace_info ORDER BY request_id"
+            ).fetchall()
             out["spans"] = db.execute("SELECT * FROM spans ORDER BY trace_id, span_id").fetchall()
             out["trace_request_metadata"] = db.execute(
-                "SELECT * FROM trace_request_metadata ORDER BY request_id, key").fetchall()
-            out["sql_trace_rollup_rebuild_queue"] = sorted(db.execute(
-                "SELECT * FROM sql_trace_rollup_rebuild_queue").fetchall())
+                "SELECT * FROM trace_request_metadata ORDER BY request_id, key"
+            ).fetchall()
+            out["sql_trace_rollup_rebuild_queue"] = sorted(
+                db.execute("SELECT * FROM sql_trace_rollup_rebuild_queue").fetchall()
+            )
         finally:
             db.close()
         return out
@@ -117,7 +154,11 @@ def test_unfinished_traces_without_previews_get_them_from_the_root_span_as_log_s
     for uri, eid, _ in stores:
         _, infos = _infos(uri, eid, 2)
         for info, _ in infos:
-            info.state, info.request_preview, info.response_preview = TraceState.IN_PROGRESS, None, None
+            info.state, info.request_preview, info.response_preview = (
+                TraceState.IN_PROGRESS,
+                None,
+                None,
+            )
         written.append(infos)
     (uri_a, eid_a, store_a), (uri_b, eid_b, store_b) = stores
     assert write_traces(store_a, eid_a, written[0]) == "bulk"
@@ -149,7 +190,9 @@ def test_spans_with_data_only_log_spans_derives_go_through_it(tmp_path):
     uri, eid, store = _store(tmp_path, "d")
     _, infos = _infos(uri, eid, 2)
     root = infos[1][1][0]
-    root._span._attributes["mlflow.llm.cost"] = '{"input_cost": 0.5, "output_cost": 0.25, "total_cost": 0.75}'
+    root._span._attributes["mlflow.llm.cost"] = (
+        '{"input_cost": 0.5, "output_cost": 0.25, "total_cost": 0.75}'
+    )
     assert write_traces(store, eid, infos) == "per-trace"
     got = MlflowClient(uri).get_trace(infos[1][0].trace_id)
     assert got.info.cost == {"input_cost": 0.5, "output_cost": 0.25, "total_cost": 0.75}

@@ -13,20 +13,53 @@ from twinkle.tracking import MLflowTracker, TraceWriter, build_spans, sampled, s
 def _trajectory(i: int, error: str | None = None) -> dict:
     now = time.time_ns()
     traj = {
-        "id": f"t{i}", "stop_reason": "api_error" if error else "stop", "turns": 2, "truncated": bool(error),
+        "id": f"t{i}",
+        "stop_reason": "api_error" if error else "stop",
+        "turns": 2,
+        "truncated": bool(error),
         "messages": [
             {"role": "user", "content": "run it, my key is sk-live-abcdef123456"},
-            {"role": "assistant", "content": "", "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "run_command", "arguments": '{"command": "ls"}'}}]},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "run_command", "arguments": '{"command": "ls"}'},
+                    }
+                ],
+            },
             {"role": "tool", "tool_call_id": "c1", "content": "a.txt"},
             {"role": "assistant", "content": "done"},
         ],
         "turn_log": [
-            {"type": "llm", "turn": 1, "start_ns": now - 3_000_000_000, "latency_s": 0.5,
-             "prompt_tokens": 12, "completion_tokens": 4, "finish_reason": "tool_calls"},
-            {"type": "tool", "turn": 1, "name": "run_command", "arguments": '{"command": "ls"}',
-             "tool_call_id": "c1", "start_ns": now - 2_400_000_000, "latency_s": 0.2, "error": False},
-            {"type": "llm", "turn": 2, "start_ns": now - 2_000_000_000, "latency_s": 0.4, "finish_reason": "stop"},
+            {
+                "type": "llm",
+                "turn": 1,
+                "start_ns": now - 3_000_000_000,
+                "latency_s": 0.5,
+                "prompt_tokens": 12,
+                "completion_tokens": 4,
+                "finish_reason": "tool_calls",
+            },
+            {
+                "type": "tool",
+                "turn": 1,
+                "name": "run_command",
+                "arguments": '{"command": "ls"}',
+                "tool_call_id": "c1",
+                "start_ns": now - 2_400_000_000,
+                "latency_s": 0.2,
+                "error": False,
+            },
+            {
+                "type": "llm",
+                "turn": 2,
+                "start_ns": now - 2_000_000_000,
+                "latency_s": 0.4,
+                "finish_reason": "stop",
+            },
         ],
     }
     if error:
@@ -35,10 +68,15 @@ def _trajectory(i: int, error: str | None = None) -> dict:
 
 
 def test_scrub_redacts_secret_names_and_values_but_keeps_token_counts():
-    out = scrub_secrets({
-        "api_key": "abc", "headers": {"Authorization": "Bearer xyz123"}, "max_tokens": 512,
-        "note": "export OPENAI_API_KEY=sk-proj-123456789 and call", "nested": [{"client_secret": "s"}],
-    })
+    out = scrub_secrets(
+        {
+            "api_key": "abc",
+            "headers": {"Authorization": "Bearer xyz123"},
+            "max_tokens": 512,
+            "note": "export OPENAI_API_KEY=sk-proj-123456789 and call",
+            "nested": [{"client_secret": "s"}],
+        }
+    )
     assert out["api_key"] == "[REDACTED]"
     assert out["headers"]["Authorization"] == "[REDACTED]"
     assert out["max_tokens"] == 512
@@ -69,8 +107,12 @@ def test_sampling_is_deterministic_and_close_to_the_rate():
 def test_trace_writer_writes_feedback_and_never_duplicates(tmp_path):
     import mlflow
 
-    tracker = MLflowTracker(f"sqlite:///{tmp_path}/mlflow.db", artifact_location=str(tmp_path / "art"))
-    run = tracker.start_run("key-1", name="unit", params={"api_key": "sk-abcdefgh1", "max_turns": 3})
+    tracker = MLflowTracker(
+        f"sqlite:///{tmp_path}/mlflow.db", artifact_location=str(tmp_path / "art")
+    )
+    run = tracker.start_run(
+        "key-1", name="unit", params={"api_key": "sk-abcdefgh1", "max_turns": 3}
+    )
     writer = tracker.trace_writer(run, session="key-1", dataset="unit")
     trajs = [_trajectory(0), _trajectory(1, error="APIConnectionError: down, Bearer abcdefghij")]
     rewards = [{"fidelity": 1.0, "total": 1.0}, {"fidelity": None}]
@@ -84,7 +126,9 @@ def test_trace_writer_writes_feedback_and_never_duplicates(tmp_path):
     assert len(traces) == 2
     by_row = {t.info.tags["row_id"]: t for t in traces}
     ok, failed = by_row["t0"], by_row["t1"]
-    assert len(ok.search_spans(span_type="LLM")) == 2 and len(ok.search_spans(span_type="TOOL")) == 1
+    assert (
+        len(ok.search_spans(span_type="LLM")) == 2 and len(ok.search_spans(span_type="TOOL")) == 1
+    )
     assert {a.name: a.value for a in ok.info.assessments} == {"fidelity": 1.0, "total": 1.0}
     assert ok.info.trace_metadata["mlflow.trace.session"] == "key-1"
     assert ok.info.tags["dataset"] == "unit" and ok.info.tags["reward.total"] == "1.0"
@@ -95,14 +139,28 @@ def test_trace_writer_writes_feedback_and_never_duplicates(tmp_path):
 
 
 def test_runs_are_found_by_key_and_metrics_dedupe(tmp_path):
-    tracker = MLflowTracker(f"sqlite:///{tmp_path}/mlflow.db", artifact_location=str(tmp_path / "art"))
+    tracker = MLflowTracker(
+        f"sqlite:///{tmp_path}/mlflow.db", artifact_location=str(tmp_path / "art")
+    )
     run = tracker.start_run("same", name="r")
     stage = tracker.start_stage(run, "same", "curation")
     for _ in range(2):  # a retried task logs the same figures again
         assert tracker.start_run("same") == run
         assert tracker.start_stage(run, "same", "curation") == stage
-        tracker.log_curation(stage, [{"step": "HardFilter", "rows_in": 5, "rows_out": 3,
-                                      "dropped": {"shallow_reply": 2}, "seconds": 0.1}], 5, 3)
+        tracker.log_curation(
+            stage,
+            [
+                {
+                    "step": "HardFilter",
+                    "rows_in": 5,
+                    "rows_out": 3,
+                    "dropped": {"shallow_reply": 2},
+                    "seconds": 0.1,
+                }
+            ],
+            5,
+            3,
+        )
     history = tracker.client.get_metric_history(stage, "drops.HardFilter.shallow_reply")
     assert [m.value for m in history] == [2.0]
     runs = tracker.client.search_runs([tracker.experiment_id])
@@ -123,17 +181,32 @@ def test_trace_writer_process_writes_in_a_helper_and_falls_back_when_it_cannot_s
 
     from twinkle.tracking import TraceWriterProcess
 
-    tracker = MLflowTracker(f"sqlite:///{tmp_path}/mlflow.db", artifact_location=str(tmp_path / "art"))
+    tracker = MLflowTracker(
+        f"sqlite:///{tmp_path}/mlflow.db", artifact_location=str(tmp_path / "art")
+    )
     run = tracker.start_run("proc")
     with TraceWriterProcess() as proc:
-        report = proc.write(tracker.tracking_uri, tracker.experiment_id, "s1", [_trajectory(0)],
-                            [{"total": 1.0}], run_id=run)
+        report = proc.write(
+            tracker.tracking_uri,
+            tracker.experiment_id,
+            "s1",
+            [_trajectory(0)],
+            [{"total": 1.0}],
+            run_id=run,
+        )
         helper = proc._proc.pid
     assert report["written"] == 1 and helper != os.getpid()
     broken = TraceWriterProcess(python=str(tmp_path / "no-such-python"))
     report = broken.write(tracker.tracking_uri, tracker.experiment_id, "s2", [_trajectory(1)], None)
     assert report["written"] == 1  # written in-process instead
-    assert len(mlflow.MlflowClient(tracker.tracking_uri).search_traces(locations=[tracker.experiment_id])) == 2
+    assert (
+        len(
+            mlflow.MlflowClient(tracker.tracking_uri).search_traces(
+                locations=[tracker.experiment_id]
+            )
+        )
+        == 2
+    )
 
 
 def test_charts_are_drawn_by_the_helper_and_in_process_when_it_cannot_start(tmp_path):
@@ -152,7 +225,9 @@ def test_charts_are_drawn_by_the_helper_and_in_process_when_it_cannot_start(tmp_
 
 
 def test_tracker_draws_its_charts_with_the_renderer_it_is_given(tmp_path):
-    tracker = MLflowTracker(f"sqlite:///{tmp_path}/mlflow.db", artifact_location=str(tmp_path / "art"))
+    tracker = MLflowTracker(
+        f"sqlite:///{tmp_path}/mlflow.db", artifact_location=str(tmp_path / "art")
+    )
     run = tracker.start_run("render")
     calls = []
 
@@ -163,8 +238,9 @@ def test_tracker_draws_its_charts_with_the_renderer_it_is_given(tmp_path):
         return path
 
     tracker.log_rewards(run, [{"total": 1.0}, {"total": 0.5}], render=render)
-    tracker.log_curation(run, [{"step": "s", "rows_in": 2, "rows_out": 1, "dropped": {"r": 1}}], 2, 1,
-                         render=render)
+    tracker.log_curation(
+        run, [{"step": "s", "rows_in": 2, "rows_out": 1, "dropped": {"r": 1}}], 2, 1, render=render
+    )
     assert calls == [("reward_histogram", {"total": [1.0, 0.5]}), ("drop_reasons", {"s/r": 1})]
     names = sorted(a.path for a in tracker.client.list_artifacts(run, "plots"))
     assert names == ["plots/drop_reasons.png", "plots/reward_histogram.png"]
@@ -190,7 +266,9 @@ def test_trace_stream_writes_batches_while_trajectories_arrive_and_reports_failu
     from twinkle.tracking import TraceStream
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    exp = MLflowTracker(uri, experiment="stream", artifact_location=str(tmp_path / "mlruns")).experiment_id
+    exp = MLflowTracker(
+        uri, experiment="stream", artifact_location=str(tmp_path / "mlruns")
+    ).experiment_id
     writer = _InProcessWriter()
     stream = TraceStream(writer, uri, exp, "session-s", batch_size=2, max_wait_s=0.05)
     for i in range(5):
@@ -221,7 +299,9 @@ def test_trace_stream_close_flushes_at_once_instead_of_waiting_for_a_full_batch(
     from twinkle.tracking import TraceStream
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    exp = MLflowTracker(uri, experiment="flush", artifact_location=str(tmp_path / "mlruns")).experiment_id
+    exp = MLflowTracker(
+        uri, experiment="flush", artifact_location=str(tmp_path / "mlruns")
+    ).experiment_id
     stream = TraceStream(_InProcessWriter(), uri, exp, "session-f", batch_size=64, max_wait_s=600)
     stream.put(_trajectory(0), {"total": 1.0}, key="0:t0")
     closer = threading.Thread(target=lambda: stream.report.update(closed=stream.close()))
@@ -238,8 +318,29 @@ def test_scrub_text_prefilter_never_changes_the_result():
 
     from twinkle.tracking import scrub as scrub_mod
 
-    parts = st.sampled_from(["sk-", "SK_", "rk_", "pk-", "e2b_", "Bearer ", "bearer\t", "api_key", "API-KEY",
-                             "token", "Secret", "passwd", "password", "=", ": ", '"', "abcdef123456", " ", "x"])
+    parts = st.sampled_from(
+        [
+            "sk-",
+            "SK_",
+            "rk_",
+            "pk-",
+            "e2b_",
+            "Bearer ",
+            "bearer\t",
+            "api_key",
+            "API-KEY",
+            "token",
+            "Secret",
+            "passwd",
+            "password",
+            "=",
+            ": ",
+            '"',
+            "abcdef123456",
+            " ",
+            "x",
+        ]
+    )
 
     def full(text: str) -> str:
         for pattern, repl in scrub_mod._SECRET_VALUE_RES:

@@ -136,7 +136,11 @@ def test_unserialisable_values_are_written_as_text(tmp_path):
 def test_values_orjson_refuses_still_round_trip(tmp_path, suffix):
     """orjson writes most rows; lone surrogates (broken scraped text) and integers over 64 bits
     go through the standard library instead, non-string keys become strings as json does."""
-    rows = [{"id": "s", "text": "broken \ud800 half"}, {"id": "big", "n": 2**70}, {"id": "k", "m": {1: "one"}}]
+    rows = [
+        {"id": "s", "text": "broken \ud800 half"},
+        {"id": "big", "n": 2**70},
+        {"id": "k", "m": {1: "one"}},
+    ]
     path = tmp_path / f"odd{suffix}"
     assert write_rows(path, rows) == 3
     assert read_rows_list(path) == [rows[0], rows[1], {"id": "k", "m": {"1": "one"}}]

@@ -9,7 +9,9 @@ from twinkle.synthetic import generate
 
 
 def test_japanese_near_duplicate_well_above_threshold_is_caught():
-    rows = {r["id"]: r for r in generate(19, seed=3, defects=True, defect_rate=0.35, target_bytes=4096)}
+    rows = {
+        r["id"]: r for r in generate(19, seed=3, defects=True, defect_rate=0.35, target_bytes=4096)
+    }
     a, b = rows["syn-3-000006"], rows["syn-3-000018"]
     f = NearDedupFilter(threshold=0.8)
     sa, sb = (set(f.shingle_hashes(conversation_text(r["messages"])).tolist()) for r in (a, b))

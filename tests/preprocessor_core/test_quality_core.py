@@ -222,6 +222,7 @@ def test_concurrent_processes_never_interleave_lines(tmp_path):
 
 def test_datasets_map_num_proc_2_inline(tmp_path):
     import datasets  # the `hf` extra; the test command installs it
+
     log = str(tmp_path / "d.jsonl")
     rows = [{**r, "model_id": f"m{r['id']}"} for r in rows_(100)]
     ds = datasets.Dataset.from_list(rows)
@@ -235,6 +236,7 @@ def test_datasets_map_num_proc_2_inline(tmp_path):
 
 def test_run_quality_pipeline_num_proc_2_collects_stats(tmp_path):
     import datasets  # the `hf` extra; the test command installs it
+
     log = str(tmp_path / "d.jsonl")
     # the first batches drop nothing, so the mark columns start out all-null
     rows = [
@@ -257,6 +259,7 @@ def test_run_quality_pipeline_num_proc_2_collects_stats(tmp_path):
 
 def test_run_quality_pipeline_in_process_counts_once():
     import datasets  # the `hf` extra; the test command installs it
+
     ds = datasets.Dataset.from_list(rows_(10))
     qp = QualityPreprocessor([OddId()], drop_mode="mark")
     run_quality_pipeline(ds, qp, num_proc=None, batch_size=4)
@@ -293,6 +296,7 @@ def test_steps_that_break_the_contract_are_named():
 
 def test_run_quality_pipeline_with_a_step_that_changes_column_types(tmp_path):
     import datasets  # the `hf` extra; the test command installs it
+
     from twinkle.preprocessor.message_normalizer import MessageNormalizer
 
     call = json.dumps(

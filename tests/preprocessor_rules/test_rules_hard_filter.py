@@ -4,7 +4,9 @@ import pytest
 
 from twinkle.preprocessor.hard_filter import HardFilter
 
-LONG_REPLY = "A thorough answer that explains the reasoning step by step, with an example and a caveat. " * 2
+LONG_REPLY = (
+    "A thorough answer that explains the reasoning step by step, with an example and a caveat. " * 2
+)
 
 
 def row(*messages, **extra):
@@ -16,24 +18,56 @@ def reason(f, r):
     return dropped[0]["drop_reason"] if dropped else None
 
 
-@pytest.mark.parametrize("greeting", ["hi", "Hello!", "good morning", "你好", "您好！", "こんにちは", "おはようございます",
-                                      "안녕하세요", "반갑습니다"])
+@pytest.mark.parametrize(
+    "greeting",
+    [
+        "hi",
+        "Hello!",
+        "good morning",
+        "你好",
+        "您好！",
+        "こんにちは",
+        "おはようございます",
+        "안녕하세요",
+        "반갑습니다",
+    ],
+)
 def test_greetings_are_trivial_in_every_language(greeting):
-    assert reason(HardFilter(), row(("user", greeting), ("assistant", LONG_REPLY))) == "trivial_single_turn"
+    assert (
+        reason(HardFilter(), row(("user", greeting), ("assistant", LONG_REPLY)))
+        == "trivial_single_turn"
+    )
 
 
-@pytest.mark.parametrize("query", ["What is a closure?", "tell me about rust", "Python是什么？", "什么是闭包",
-                                   "クロージャとは何ですか", "なぜ空は青い？", "클로저란 무엇인가요?", "왜 그런가요?"])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "What is a closure?",
+        "tell me about rust",
+        "Python是什么？",
+        "什么是闭包",
+        "クロージャとは何ですか",
+        "なぜ空は青い？",
+        "클로저란 무엇인가요?",
+        "왜 그런가요?",
+    ],
+)
 def test_simple_queries_without_thinking_are_trivial(query):
-    assert reason(HardFilter(), row(("user", query), ("assistant", LONG_REPLY))) == "trivial_single_turn"
+    assert (
+        reason(HardFilter(), row(("user", query), ("assistant", LONG_REPLY)))
+        == "trivial_single_turn"
+    )
 
 
-@pytest.mark.parametrize("query", [
-    "Can you explain why my list comprehension over a large CSV gets slow, and what to change for a million rows?",
-    "能解释一下为什么我用列表推导式过滤一个很大的 CSV 时会变慢吗？要处理几百万行的话应该怎么改？",
-    "大きな CSV をリスト内包表記でフィルタすると遅くなるのはなぜですか？数百万行に対応させるにはどうすればよいでしょうか。",
-    "큰 CSV를 리스트 컴프리헨션으로 필터링하면 왜 느려지는지 설명해 줄 수 있나요? 수백만 행까지 처리하려면 무엇을 바꿔야 할까요?",
-])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "Can you explain why my list comprehension over a large CSV gets slow, and what to change for a million rows?",
+        "能解释一下为什么我用列表推导式过滤一个很大的 CSV 时会变慢吗？要处理几百万行的话应该怎么改？",
+        "大きな CSV をリスト内包表記でフィルタすると遅くなるのはなぜですか？数百万行に対応させるにはどうすればよいでしょうか。",
+        "큰 CSV를 리스트 컴프리헨션으로 필터링하면 왜 느려지는지 설명해 줄 수 있나요? 수백만 행까지 처리하려면 무엇을 바꿔야 할까요?",
+    ],
+)
 def test_substantive_questions_with_full_answers_are_kept(query):
     assert reason(HardFilter(), row(("user", query), ("assistant", LONG_REPLY))) is None
 
@@ -41,10 +75,20 @@ def test_substantive_questions_with_full_answers_are_kept(query):
 def test_thinking_exempts_a_simple_query_and_a_short_reply():
     think = "x" * 250
     f = HardFilter()
-    r = {"messages": [{"role": "user", "content": "What is a closure?"},
-                      {"role": "assistant", "content": "A function with captured variables.", "reasoning_content": think}]}
+    r = {
+        "messages": [
+            {"role": "user", "content": "What is a closure?"},
+            {
+                "role": "assistant",
+                "content": "A function with captured variables.",
+                "reasoning_content": think,
+            },
+        ]
+    }
     assert reason(f, r) is None
-    inline = row(("user", "What is a closure?"), ("assistant", f"<think>{think}</think>A function."))
+    inline = row(
+        ("user", "What is a closure?"), ("assistant", f"<think>{think}</think>A function.")
+    )
     assert reason(f, inline) is None
 
 
@@ -52,19 +96,44 @@ def test_shallow_reply_but_not_for_tool_calls():
     f = HardFilter()
     ask = "Please compute 17 times 23 in the sandbox for my invoice check."
     assert reason(f, row(("user", ask), ("assistant", "391."))) == "shallow_reply"
-    calls = [{"id": "c1", "type": "function", "function": {"name": "run_command",
-                                                          "arguments": '{"command": "python3 -c \\"print(17*23)\\""}'}}]
-    tool_reply = {"messages": [{"role": "user", "content": ask}, {"role": "assistant", "content": None, "tool_calls": calls}]}
+    calls = [
+        {
+            "id": "c1",
+            "type": "function",
+            "function": {
+                "name": "run_command",
+                "arguments": '{"command": "python3 -c \\"print(17*23)\\""}',
+            },
+        }
+    ]
+    tool_reply = {
+        "messages": [
+            {"role": "user", "content": ask},
+            {"role": "assistant", "content": None, "tool_calls": calls},
+        ]
+    }
     assert reason(f, tool_reply) is None
-    as_string = {"messages": [{"role": "user", "content": ask},
-                              {"role": "assistant", "content": "", "tool_calls": '[{"function": {"name": "f", "arguments": "{}"}}]'}]}
+    as_string = {
+        "messages": [
+            {"role": "user", "content": ask},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": '[{"function": {"name": "f", "arguments": "{}"}}]',
+            },
+        ]
+    }
     assert reason(f, as_string) is None
 
 
 def test_all_empty_assistant_and_no_user():
     f = HardFilter()
-    r = row(("user", "Please compute 17 times 23 in the sandbox for me."), ("assistant", " "),
-            ("user", "Hello? Are you there? Please answer the question."), ("assistant", ""))
+    r = row(
+        ("user", "Please compute 17 times 23 in the sandbox for me."),
+        ("assistant", " "),
+        ("user", "Hello? Are you there? Please answer the question."),
+        ("assistant", ""),
+    )
     assert reason(f, r) == "all_empty_assistant"
     assert reason(f, row(("system", "You are helpful."), ("assistant", LONG_REPLY))) == "no_user"
     assert reason(HardFilter(allow_incomplete_role=True), row(("assistant", LONG_REPLY))) is None
@@ -73,8 +142,21 @@ def test_all_empty_assistant_and_no_user():
 def test_system_deny_keyword_case_insensitive_first_system_only():
     f = HardFilter(system_deny_keywords=["hack", "exploit"])
     ask = "Please summarise the attached design document in five bullet points."
-    assert reason(f, row(("system", "You help people HACK servers."), ("user", ask), ("assistant", LONG_REPLY))) == "system_deny_keyword"
-    assert reason(f, row(("system", "You are kind."), ("user", ask), ("assistant", LONG_REPLY))) is None
+    assert (
+        reason(
+            f,
+            row(
+                ("system", "You help people HACK servers."),
+                ("user", ask),
+                ("assistant", LONG_REPLY),
+            ),
+        )
+        == "system_deny_keyword"
+    )
+    assert (
+        reason(f, row(("system", "You are kind."), ("user", ask), ("assistant", LONG_REPLY)))
+        is None
+    )
     with pytest.raises(ValueError):
         HardFilter(system_deny_keywords="hack")
 
@@ -94,8 +176,17 @@ def test_round_too_long_is_per_round_not_per_message():
 
 def test_total_too_long_and_too_many_rounds_with_agent_cap():
     ask = "Please summarise the attached design document in five bullet points."
-    assert reason(HardFilter(max_total_chars=500), row(("user", ask), ("assistant", LONG_REPLY * 5))) == "total_too_long"
-    many = row(*[(role, ask if role == "user" else LONG_REPLY) for _ in range(4) for role in ("user", "assistant")])
+    assert (
+        reason(HardFilter(max_total_chars=500), row(("user", ask), ("assistant", LONG_REPLY * 5)))
+        == "total_too_long"
+    )
+    many = row(
+        *[
+            (role, ask if role == "user" else LONG_REPLY)
+            for _ in range(4)
+            for role in ("user", "assistant")
+        ]
+    )
     assert reason(HardFilter(max_rounds=3), many) == "too_many_rounds"
     assert reason(HardFilter(max_rounds=4), many) is None
     agent = {"messages": many["messages"] + [{"role": "tool", "content": "ok"}]}
@@ -104,13 +195,23 @@ def test_total_too_long_and_too_many_rounds_with_agent_cap():
 
 
 def test_zero_disables_caps_and_invalid_arguments_raise():
-    r = row(("user", "Please summarise the attached design document."), ("assistant", LONG_REPLY * 50))
+    r = row(
+        ("user", "Please summarise the attached design document."), ("assistant", LONG_REPLY * 50)
+    )
     assert reason(HardFilter(max_total_chars=0, max_chars_per_round=0, max_rounds=0), r) is None
     with pytest.raises(ValueError, match="min_user_chars"):
         HardFilter(min_user_chars=-1)
 
 
 def test_structured_reasoning_counts_as_thinking_but_not_as_size():
-    r = {"messages": [{"role": "user", "content": "What is a closure?"},
-                      {"role": "assistant", "content": "A function.", "reasoning_content": {"steps": ["a", "b"]}}]}
+    r = {
+        "messages": [
+            {"role": "user", "content": "What is a closure?"},
+            {
+                "role": "assistant",
+                "content": "A function.",
+                "reasoning_content": {"steps": ["a", "b"]},
+            },
+        ]
+    }
     assert reason(HardFilter(max_chars_per_round=100, max_total_chars=100), r) is None

@@ -45,7 +45,9 @@ def test_labelled_mode_covers_every_defect_in_every_language():
     dups = [r for r in rows if label_of(r)["defect"] == "exact_duplicate"]
     by_id = {r["id"]: r for r in rows}
     assert dups and all(by_id[label_of(d)["dup_of"]]["messages"] == d["messages"] for d in dups)
-    assert generate(50, seed=3)[0] and all(label_of(r)["defect"] == "none" for r in generate(50, seed=3))
+    assert generate(50, seed=3)[0] and all(
+        label_of(r)["defect"] == "none" for r in generate(50, seed=3)
+    )
 
 
 def test_target_bytes_grows_rows():
@@ -53,7 +55,9 @@ def test_target_bytes_grows_rows():
     big = generate(20, seed=2, target_bytes=4096)
 
     def size(rows):
-        return sum(len(json.dumps(r["messages"], ensure_ascii=False).encode()) for r in rows) / len(rows)
+        return sum(len(json.dumps(r["messages"], ensure_ascii=False).encode()) for r in rows) / len(
+            rows
+        )
 
     assert size(big) > 1.5 * size(small)
     assert 3000 < size(big) < 5200
@@ -77,8 +81,13 @@ def test_tool_outputs_are_reproduced_by_a_real_shell(tmp_path):
                     got = Path(args["path"]).read_text(encoding="utf-8")
                 else:
                     assert fn["name"] == "run_command"
-                    proc = subprocess.run(["bash", "-c", args["command"]], capture_output=True, text=True,
-                                          cwd=home, timeout=30)
+                    proc = subprocess.run(
+                        ["bash", "-c", args["command"]],
+                        capture_output=True,
+                        text=True,
+                        cwd=home,
+                        timeout=30,
+                    )
                     got = format_command_output(proc.stdout, proc.stderr, proc.returncode)
                 assert got == expected, (row["id"], fn)
                 checked += 1
@@ -96,8 +105,12 @@ def test_cli_writes_jsonl(tmp_path):
 
 def test_examples_file_is_the_documented_generator_output(tmp_path):
     out = tmp_path / "conversations.jsonl"
-    subprocess.run([sys.executable, "-m", "twinkle.synthetic", *EXAMPLE_ARGS, "-o", str(out)], check=True,
-                   timeout=60, cwd=EXAMPLES.parents[1])
+    subprocess.run(
+        [sys.executable, "-m", "twinkle.synthetic", *EXAMPLE_ARGS, "-o", str(out)],
+        check=True,
+        timeout=60,
+        cwd=EXAMPLES.parents[1],
+    )
     assert out.read_bytes() == EXAMPLES.read_bytes()
     rows = [json.loads(line) for line in EXAMPLES.read_text(encoding="utf-8").splitlines()]
     defects = [label_of(r)["defect"] for r in rows if label_of(r)["defect"] != "none"]

@@ -1,6 +1,5 @@
 """The rollout bridge: task items become rollout inputs; rollout outputs become scored signals."""
 
-
 from twinkle.core import SignalBundle
 from twinkle.core.environments import MathEnvironment
 from twinkle.data_format import user_data_get
@@ -24,20 +23,30 @@ def test_trajectories_carry_messages_ids_and_task_reference():
     extra = [{"type": "function", "function": {"name": "calc", "parameters": {}}}]
     items = DatasetProvider(MathEnvironment(limit=2)).get_items()
     with_tools = items_to_trajectories(items, "math", tools=extra)
-    assert with_tools[1]["tools"] == extra and user_data_get(with_tools[1]["user_data"], "env") == "math"
+    assert (
+        with_tools[1]["tools"] == extra
+        and user_data_get(with_tools[1]["user_data"], "env") == "math"
+    )
 
 
 def _answered(rows, answers):
     out = []
     for row, answer in zip(rows, answers):
-        done = dict(row, messages=row["messages"] + [{"role": "assistant", "content": answer}],
-                    stop_reason="stop", truncated=False, turns=1)
+        done = dict(
+            row,
+            messages=row["messages"] + [{"role": "assistant", "content": answer}],
+            stop_reason="stop",
+            truncated=False,
+            turns=1,
+        )
         out.append(done)
     return out
 
 
 def test_score_trajectories_gives_bundles_flat_rewards_and_outcomes():
-    rows = _answered(trajectories_for("math", [0, 1, 2]), ["\\boxed{18}", "I give up", "\\boxed{7}"])
+    rows = _answered(
+        trajectories_for("math", [0, 1, 2]), ["\\boxed{18}", "I give up", "\\boxed{7}"]
+    )
     rows += _answered(trajectories_for("multiple_choice", [0]), ["Answer: B"])
     scores = score_trajectories(rows)
     assert [s["outcome"] for s in scores] == ["correct", "unparsed", "wrong", "correct"]
@@ -45,7 +54,11 @@ def test_score_trajectories_gives_bundles_flat_rewards_and_outcomes():
     first = scores[0]
     assert isinstance(first["bundle"], SignalBundle) and first["rewards"]["correctness"] == 1.0
     assert (first["id"], first["env"], first["task_index"]) == ("math/math-001", "tasks/math", 0)
-    assert first["extracted_answer"] == "18" and first["stop_reason"] == "stop" and first["error"] is None
+    assert (
+        first["extracted_answer"] == "18"
+        and first["stop_reason"] == "stop"
+        and first["error"] is None
+    )
     # env_name overrides what the rows say
     forced = score_trajectories(rows[3:], env_name="multiple_choice")
     assert forced[0]["rewards"]["total"] == 1.0
@@ -58,7 +71,9 @@ def test_bad_trajectories_are_scored_as_errors_not_raised():
     unknown = dict(good, user_data=[("env", '"tasks/chess"'), ("task_index", "0")])
     out_of_range = dict(good, user_data=[("env", '"math"'), ("task_index", "77")])
     api_error = dict(good, messages=good["messages"][:-1], stop_reason="api_error")
-    scores = score_trajectories(["garbage", no_env, no_index, unknown, out_of_range, api_error, good], default=-1.0)
+    scores = score_trajectories(
+        ["garbage", no_env, no_index, unknown, out_of_range, api_error, good], default=-1.0
+    )
     assert len(scores) == 7
     assert [s["rewards"]["total"] for s in scores[:5]] == [-1.0] * 5
     assert all(s["outcome"] == "error" and s["error"] for s in scores[:5])
@@ -70,16 +85,32 @@ def test_bad_trajectories_are_scored_as_errors_not_raised():
 def test_code_trajectories_are_scored_from_tool_writes_and_final_text():
     rows = trajectories_for("code", [0, 0, 0], timeout=5)
     good = "def add_numbers(a, b):\n    return a + b\n"
-    write = {"id": "c1", "type": "function", "function": {
-        "name": "write_file", "arguments": '{"path": "solution.py", "content": ' + repr(good).replace("'", '"') + "}"}}
-    tamper = {"id": "c2", "type": "function", "function": {
-        "name": "write_file", "arguments": '{"path": "solution.py", "content": "def add_numbers(a, b):\\n    return 9\\n"}'}}
-    rows[0]["messages"] += [{"role": "assistant", "content": "", "tool_calls": [write]},
-                            {"role": "tool", "tool_call_id": "c1", "content": "File written"},
-                            {"role": "assistant", "content": "Done."}]
+    write = {
+        "id": "c1",
+        "type": "function",
+        "function": {
+            "name": "write_file",
+            "arguments": '{"path": "solution.py", "content": ' + repr(good).replace("'", '"') + "}",
+        },
+    }
+    tamper = {
+        "id": "c2",
+        "type": "function",
+        "function": {
+            "name": "write_file",
+            "arguments": '{"path": "solution.py", "content": "def add_numbers(a, b):\\n    return 9\\n"}',
+        },
+    }
+    rows[0]["messages"] += [
+        {"role": "assistant", "content": "", "tool_calls": [write]},
+        {"role": "tool", "tool_call_id": "c1", "content": "File written"},
+        {"role": "assistant", "content": "Done."},
+    ]
     rows[1]["messages"] += [{"role": "assistant", "content": "```python\n" + good + "```"}]
-    rows[2]["messages"] += [{"role": "assistant", "content": "", "tool_calls": [write, tamper]},
-                            {"role": "assistant", "content": "All tests pass, reward 1.0"}]
+    rows[2]["messages"] += [
+        {"role": "assistant", "content": "", "tool_calls": [write, tamper]},
+        {"role": "assistant", "content": "All tests pass, reward 1.0"},
+    ]
     scores = score_trajectories(rows, timeout=5)
     assert [s["rewards"]["tests"] for s in scores] == [1.0, 1.0, 0.0]
     assert scores[2]["outcome"] == "wrong"

@@ -40,7 +40,10 @@ def call(a, b):
 # question: a tool call first (or not), then a final reply built from the tool's result.
 PLANS = {
     # math-001 (answer 18): 24 * 7 = 168 by the tool, then 168 - 150.
-    "24 muffins": ((24, 7), lambda product: f"{product} - 150 = {product - 150}, so \\boxed{{18}}."),
+    "24 muffins": (
+        (24, 7),
+        lambda product: f"{product} - 150 = {product - 150}, so \\boxed{{18}}.",
+    ),
     # math-002 (answer 378): multiplies by one week instead of three -> wrong.
     "18 pages": ((18, 7), lambda product: f"He reads \\boxed{{{product}}} pages."),
     # math-003 (answer 120): no tool, no number -> unparsed.
@@ -82,8 +85,10 @@ def policy(tokenizer):
 def rolled_out(template):
     rows = trajectories_for("math", [0, 1, 2, 3, 4])
     rollout = MultiTurnRollout(
-        ScriptedSampler(template, policy(template.tokenizer)), template,
-        ToolManager([Multiply()]), max_turns=3,
+        ScriptedSampler(template, policy(template.tokenizer)),
+        template,
+        ToolManager([Multiply()]),
+        max_turns=3,
     )
     return rollout(rows)
 
@@ -107,9 +112,7 @@ def test_rollouts_are_multi_turn_and_keep_task_references(rolled_out):
 def test_scores_of_rollouts_give_outcomes_answers_and_totals(rolled_out):
     scores = score_trajectories(rolled_out)
     assert [s["id"] for s in scores] == [r["id"] for r in rolled_out]
-    got = {
-        s["id"]: (s["outcome"], s["extracted_answer"], s["rewards"]["total"]) for s in scores
-    }
+    got = {s["id"]: (s["outcome"], s["extracted_answer"], s["rewards"]["total"]) for s in scores}
     assert got == {
         "math/math-001": ("correct", "18", 1.0),
         "math/math-002": ("wrong", "126", 0.0),

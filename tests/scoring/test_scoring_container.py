@@ -21,7 +21,9 @@ from twinkle.integrations import DatasetProvider, Scorer
 def _serve(*args):
     proc = subprocess.Popen(
         [sys.executable, "-m", "twinkle", "env", "serve-functional", *args, "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     line: list[str] = []
     reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()), daemon=True)
@@ -29,7 +31,9 @@ def _serve(*args):
     reader.join(timeout=60)
     if not line or "serving" not in line[0]:
         proc.kill()
-        raise RuntimeError(f"server did not start: {line} {proc.stderr.read() if proc.poll() is not None else ''}")
+        raise RuntimeError(
+            f"server did not start: {line} {proc.stderr.read() if proc.poll() is not None else ''}"
+        )
     return proc, line[0].split(" at ")[1].strip()
 
 
@@ -62,7 +66,9 @@ def test_remote_math_environment_behaves_like_the_local_one(math_server):
 
 def test_integrations_run_over_the_container(math_server):
     with ContainerEnvironment(math_server) as env:
-        results = Scorer(env).score_batch([0, 1, 2, 99], ["\\boxed{18}", "\\boxed{378}", "\\boxed{0}", "1"])
+        results = Scorer(env).score_batch(
+            [0, 1, 2, 99], ["\\boxed{18}", "\\boxed{378}", "\\boxed{0}", "1"]
+        )
         assert [r.total for r in results] == [1.0, 1.0, 0.0, 0.0]
         assert results[3].outcome == "error" and "IndexError" in results[3].error
         item = DatasetProvider(env)[2]
@@ -73,7 +79,9 @@ def test_concurrent_clients_get_their_own_answers(math_server):
     with ContainerEnvironment(math_server) as env:
         answers = [t.ground_truth for t in DatasetProvider(env).get_items()]
         indices = list(range(30)) * 2
-        responses = [f"\\boxed{{{answers[i]}}}" if k < 30 else "\\boxed{-999}" for k, i in enumerate(indices)]
+        responses = [
+            f"\\boxed{{{answers[i]}}}" if k < 30 else "\\boxed{-999}" for k, i in enumerate(indices)
+        ]
         results = Scorer(env, workers=8).score_batch(indices, responses)
     assert [r.total for r in results] == [1.0] * 30 + [0.0] * 30
 
@@ -107,11 +115,25 @@ def test_code_environment_served_with_config_grades_remotely():
         with ContainerEnvironment(url, timeout=60).wait_ready() as env:
             assert len(env) == 2
             state, _ = env.reset(options={"task_index": 0})
-            good = ToolCall("c1", "write_file", {"path": "solution.py", "content": "def add_numbers(a, b):\n    return a + b\n"})
-            tamper = ToolCall("c2", "write_file", {"path": ".twinkle_grader/grade.py", "content": "print('ok')"})
-            assert env.step(state, Action(text="done", tool_calls=(good, tamper))).rewards.total == 1.0
-            bad = ToolCall("c1", "write_file", {"path": "solution.py", "content": "def add_numbers(a, b):\n    return 7\n"})
-            assert env.step(state, Action(text="done", tool_calls=(bad, tamper))).rewards.total == 0.0
+            good = ToolCall(
+                "c1",
+                "write_file",
+                {"path": "solution.py", "content": "def add_numbers(a, b):\n    return a + b\n"},
+            )
+            tamper = ToolCall(
+                "c2", "write_file", {"path": ".twinkle_grader/grade.py", "content": "print('ok')"}
+            )
+            assert (
+                env.step(state, Action(text="done", tool_calls=(good, tamper))).rewards.total == 1.0
+            )
+            bad = ToolCall(
+                "c1",
+                "write_file",
+                {"path": "solution.py", "content": "def add_numbers(a, b):\n    return 7\n"},
+            )
+            assert (
+                env.step(state, Action(text="done", tool_calls=(bad, tamper))).rewards.total == 0.0
+            )
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -121,9 +143,19 @@ def test_in_process_server_and_cli_errors():
     with EnvironmentServer(MathEnvironment(limit=3)) as server:
         assert httpx.get(server.url + "/health").json() == {"status": "ok", "name": "math"}
         assert len(ContainerEnvironment(server.url)) == 3
-    out = subprocess.run([sys.executable, "-m", "twinkle", "env", "serve-functional", "nope", "--port", "0"],
-                         capture_output=True, text=True, timeout=60, check=False)
+    out = subprocess.run(
+        [sys.executable, "-m", "twinkle", "env", "serve-functional", "nope", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert out.returncode != 0 and "not found" in out.stderr
-    listed = subprocess.run([sys.executable, "-m", "twinkle", "env", "list"], capture_output=True, text=True,
-                            timeout=60, check=True)
+    listed = subprocess.run(
+        [sys.executable, "-m", "twinkle", "env", "list"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     assert listed.stdout.split() == ["tasks/code", "tasks/math", "tasks/multiple_choice"]

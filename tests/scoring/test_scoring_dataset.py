@@ -33,7 +33,9 @@ class _DictHidden:
     """A minimal environment whose hidden state is a dict (shared ground-truth lookup)."""
 
     def __init__(self, multi_turn=False, supports_len=True):
-        self.spec = EnvironmentSpec(name="dict", is_multi_turn=multi_turn, supports_len=supports_len)
+        self.spec = EnvironmentSpec(
+            name="dict", is_multi_turn=multi_turn, supports_len=supports_len
+        )
         self.available_tools = ()
 
     def __len__(self):

@@ -34,11 +34,23 @@ def test_bundled_task_files_load_with_expected_sizes():
     assert len(code) == 10 and all(t["tests"] for t in code)
 
 
-@pytest.mark.parametrize("text,value", [
-    ("2025", "2025"), ("1,234", "1234"), ("-7", "-7"), ("12.4", "62/5"), ("3/4", "3/4"),
-    ("\\frac{5}{8}", "5/8"), ("\\frac58", "5/8"), ("-\\dfrac{1}{2}", "-1/2"), ("$12.50", "25/2"),
-    ("96%", "96"), ("42 apples", "42"), ("1e5", "100000"),
-])
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ("2025", "2025"),
+        ("1,234", "1234"),
+        ("-7", "-7"),
+        ("12.4", "62/5"),
+        ("3/4", "3/4"),
+        ("\\frac{5}{8}", "5/8"),
+        ("\\frac58", "5/8"),
+        ("-\\dfrac{1}{2}", "-1/2"),
+        ("$12.50", "25/2"),
+        ("96%", "96"),
+        ("42 apples", "42"),
+        ("1e5", "100000"),
+    ],
+)
 def test_parse_number_reads_common_answer_forms(text, value):
     assert str(parse_number(text)) == value
 
@@ -54,9 +66,19 @@ def test_math_environment_scores_and_tells_unparsed_from_wrong():
     state, info = env.reset(options={"task_index": 0})
     assert info == {"task_index": 0, "task_id": "math-001"}
     assert "\\boxed" in state.observation.prompt and state.hidden.expected_answer == "18"
-    for text in ["\\boxed{18}", "#### 18", "<answer>18</answer>", "so 18 muffins are left.", "x = 18"]:
+    for text in [
+        "\\boxed{18}",
+        "#### 18",
+        "<answer>18</answer>",
+        "so 18 muffins are left.",
+        "x = 18",
+    ]:
         r = _step(env, 0, text)
-        assert (r.rewards.total, _outcome(r), r.extracted_action) == (1.0, "correct", r.info["extracted_answer"])
+        assert (r.rewards.total, _outcome(r), r.extracted_action) == (
+            1.0,
+            "correct",
+            r.info["extracted_answer"],
+        )
     wrong = _step(env, 0, "The answer is 19")
     assert (wrong.rewards.total, _outcome(wrong)) == (0.0, "wrong")
     for text in ["I do not know", "", "<think>18</think>no idea"]:
@@ -106,11 +128,13 @@ def test_compute_rewards_probes_without_stepping_and_extra_rewards_join():
 
         def compute(self, state, action, next_state):
             from twinkle.core import RewardType, Signal
+
             return Signal("length", RewardType.PROCESS, reward=len(action.text) / 100, weight=0.5)
 
     class Broken:
         name = "broken"
         from twinkle.core import RewardType
+
         reward_type = RewardType.PROCESS
 
         def compute(self, state, action, next_state):
@@ -144,7 +168,11 @@ def test_code_wrong_partial_and_unparsed_are_distinguished(code_env):
     partial = _step(code_env, 8, "```python\ndef gcd(a, b):\n    return 1\n```")  # gcd(7, 13) == 1
     assert 0.0 < partial.rewards.total < 1.0 and _outcome(partial, "tests") == "wrong"
     none = _step(code_env, 0, "I would add the numbers.")
-    assert (none.rewards.total, _outcome(none, "tests"), none.extracted_action) == (0.0, "unparsed", None)
+    assert (none.rewards.total, _outcome(none, "tests"), none.extracted_action) == (
+        0.0,
+        "unparsed",
+        None,
+    )
 
 
 GOOD = "def add_numbers(a, b):\n    return a + b\n"
@@ -181,13 +209,19 @@ def test_policy_that_overwrites_the_tests_cannot_score_itself(code_env):
         ".twinkle_grader/grade.py": "print('TWINKLE-RESULT-anything[]')\n",
         "reward.txt": "1.0",
     }
-    calls = tuple(ToolCall(f"c{i}", "write_file", {"path": p, "content": c}) for i, (p, c) in enumerate(writes.items()))
+    calls = tuple(
+        ToolCall(f"c{i}", "write_file", {"path": p, "content": c})
+        for i, (p, c) in enumerate(writes.items())
+    )
     state, _ = code_env.reset(options={"task_index": 0})
     cheat = code_env.step(state, Action(text="All tests pass!", tool_calls=calls))
     assert cheat.rewards.total == 0.0 and _outcome(cheat, "tests") == "wrong"
     # The same workspace with a correct solution does score: the tampering was what failed.
     fixed = dict(writes, **{"solution.py": GOOD})
-    calls = tuple(ToolCall(f"c{i}", "write_file", {"path": p, "content": c}) for i, (p, c) in enumerate(fixed.items()))
+    calls = tuple(
+        ToolCall(f"c{i}", "write_file", {"path": p, "content": c})
+        for i, (p, c) in enumerate(fixed.items())
+    )
     assert code_env.step(state, Action(text="done", tool_calls=calls)).rewards.total == 1.0
 
 
@@ -195,7 +229,9 @@ def test_subprocess_runner_limits_memory_and_escaping_paths():
     runner = SubprocessRunner(timeout=10, memory_mb=256)
     out = runner.run({"solution.py": "x = bytearray(1 << 30)\n"}, [TestCase("len(x)", "1")])
     assert out.passed == 0 and "MemoryError" in out.failures[0]
-    out = runner.run({"../../escape.py": "x", "solution.py": "def f():\n    return 1\n"}, [TestCase("f()", "1")])
+    out = runner.run(
+        {"../../escape.py": "x", "solution.py": "def f():\n    return 1\n"}, [TestCase("f()", "1")]
+    )
     assert out.all_passed
 
 
@@ -205,12 +241,15 @@ def test_sandbox_failure_is_an_error_outcome_not_a_wrong_answer():
 
         def run(self, files, tests, module="solution"):
             from twinkle.core.environments import RunOutcome
+
             return RunOutcome(0, len(tests), "error", ("sandbox failure: connection refused",))
 
     env = CodeEnvironment(runner=DownRunner(), limit=1)
     r = _step(env, 0, "```python\n" + GOOD + "```")
     meta = r.rewards.by_name("tests").metadata
-    assert (r.rewards.total, meta["outcome"]) == (0.0, "error") and "connection refused" in meta["error"]
+    assert (r.rewards.total, meta["outcome"]) == (0.0, "error") and "connection refused" in meta[
+        "error"
+    ]
 
 
 def test_absolute_sandbox_paths_map_into_the_workspace(code_env):
@@ -223,7 +262,11 @@ def test_absolute_sandbox_paths_map_into_the_workspace(code_env):
 
 def test_files_blocking_the_grader_paths_do_not_break_grading():
     runner = SubprocessRunner(timeout=10)
-    files = {".twinkle_grader": "a file where the grader directory goes", "solution.py": GOOD,
-             "x": "file", "x/y.py": "cannot be written under a file"}
+    files = {
+        ".twinkle_grader": "a file where the grader directory goes",
+        "solution.py": GOOD,
+        "x": "file",
+        "x/y.py": "cannot be written under a file",
+    }
     out = runner.run(files, [TestCase("add_numbers(2, 3)", "5")])
     assert out.status == "ok" and out.all_passed

@@ -21,8 +21,17 @@ from twinkle.integrations import TrajectoryMasker
 MESSAGES = [
     {"role": "system", "content": "You are terse."},
     {"role": "user", "content": "List the files, then answer."},
-    {"role": "assistant", "content": "", "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "run_command", "arguments": '{"command": "ls"}'}}]},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "run_command", "arguments": '{"command": "ls"}'},
+            }
+        ],
+    },
     {"role": "tool", "tool_call_id": "c1", "content": "a.py b.py"},
     {"role": "assistant", "content": "The answer is 18.", "finish_reason": "stop"},
 ]
@@ -77,14 +86,28 @@ def test_plain_mode_concatenates_text(chat_tokenizer):
 
 def _tool_trajectory():
     tools = (ToolDefinition("run_command", "Run a shell command."),)
-    s0 = State(Observation("List the files.", messages=({"role": "user", "content": "List the files."},),
-                           available_tools=tools), None, StateMetadata(0, "ep"))
+    s0 = State(
+        Observation(
+            "List the files.",
+            messages=({"role": "user", "content": "List the files."},),
+            available_tools=tools,
+        ),
+        None,
+        StateMetadata(0, "ep"),
+    )
     call = ToolCall("c1", "run_command", {"command": "ls"})
-    s1 = State(s0.observation.with_tool_results((ToolResult("c1", "run_command", output="a.py"),)),
-               None, StateMetadata(1, "ep"))
+    s1 = State(
+        s0.observation.with_tool_results((ToolResult("c1", "run_command", output="a.py"),)),
+        None,
+        StateMetadata(1, "ep"),
+    )
     s2 = s1.with_metadata(step=2, is_terminal=True)
     traj = Trajectory.create(s0)
-    traj.add_transition(Transition(s0, Action(text="Let me look.", tool_calls=(call,)), s1, SignalBundle.single(0.0)))
+    traj.add_transition(
+        Transition(
+            s0, Action(text="Let me look.", tool_calls=(call,)), s1, SignalBundle.single(0.0)
+        )
+    )
     traj.add_transition(Transition(s1, Action.from_text("a.py"), s2, SignalBundle.single(1.0)))
     return traj
 
@@ -94,8 +117,16 @@ def test_core_trajectory_plain_and_chat(chat_tokenizer):
     plain = TrajectoryMasker(chat_tokenizer).mask_trajectory(traj)
     assert plain.rewards == (0.0, 1.0)
     assert [(s.source, s.step_index) for s in plain.spans] == [
-        ("model", 0), ("model", 0), ("environment", 0), ("model", 1)]
-    assert json.loads(plain.spans[1].text) == {"id": "c1", "name": "run_command", "arguments": {"command": "ls"}}
+        ("model", 0),
+        ("model", 0),
+        ("environment", 0),
+        ("model", 1),
+    ]
+    assert json.loads(plain.spans[1].text) == {
+        "id": "c1",
+        "name": "run_command",
+        "arguments": {"command": "ls"},
+    }
     assert plain.spans[2].text == "a.py"
     chat = TrajectoryMasker(chat_tokenizer, mode="chat").mask_trajectory(traj)
     assert chat.rewards == (0.0, 1.0)
@@ -107,7 +138,11 @@ def test_core_trajectory_plain_and_chat(chat_tokenizer):
 
 def test_mask_batch_accepts_rows_and_trajectories(chat_tokenizer):
     masker = TrajectoryMasker(chat_tokenizer, mode="chat")
-    rows = [{"messages": MESSAGES, "rewards": [0.0, 1.0]}, _tool_trajectory(), {"messages": MESSAGES[:2]}]
+    rows = [
+        {"messages": MESSAGES, "rewards": [0.0, 1.0]},
+        _tool_trajectory(),
+        {"messages": MESSAGES[:2]},
+    ]
     out = masker.mask_batch(rows)
     assert out[0].rewards == (0.0, 1.0) and out[1].rewards == (0.0, 1.0)
     assert out[2].response_ids == () and out[2].prompt_ids

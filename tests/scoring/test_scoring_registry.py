@@ -8,7 +8,10 @@ from twinkle.core.registry import EnvironmentRegistry, Registry, environment_reg
 def test_builtin_adapter_and_environments_are_listed():
     assert "tasks" in environment_registry.list_adapters()
     assert environment_registry.list_environments("tasks") == [
-        ("tasks", "code"), ("tasks", "math"), ("tasks", "multiple_choice")]
+        ("tasks", "code"),
+        ("tasks", "math"),
+        ("tasks", "multiple_choice"),
+    ]
     assert ("tasks", "math") in environment_registry
     assert ("tasks", "nope") not in environment_registry
 

@@ -22,8 +22,12 @@ def test_fresh_sandbox_grading_matches_the_subprocess_verdicts(sandbox_url):
     state, _ = env.reset(options={"task_index": 0})
     good = env.step(state, Action.from_text("```python\n" + GOOD + "```")).rewards.by_name("tests")
     assert good.reward == 1.0 and good.metadata["backend"] == "agentenv"
-    tamper = (ToolCall("a", "write_file", {"path": "solution.py", "content": "import sys\nsys.exit(0)\n"}),
-              ToolCall("b", "write_file", {"path": "reward.txt", "content": "1.0"}))
+    tamper = (
+        ToolCall(
+            "a", "write_file", {"path": "solution.py", "content": "import sys\nsys.exit(0)\n"}
+        ),
+        ToolCall("b", "write_file", {"path": "reward.txt", "content": "1.0"}),
+    )
     assert env.step(state, Action(text="done", tool_calls=tamper)).rewards.total == 0.0
 
 
@@ -36,9 +40,18 @@ def test_workspace_left_by_a_rollout_is_graded_with_pristine_tests(sandbox_url):
     try:
         workdir = env.runner.workdir
         agent.step("run_command", {"command": f"mkdir -p {workdir}/.twinkle_grader"})
-        agent.step("write_file", {"path": f"{workdir}/solution.py", "content": "def add_numbers(a, b):\n    return 42\n"})
+        agent.step(
+            "write_file",
+            {
+                "path": f"{workdir}/solution.py",
+                "content": "def add_numbers(a, b):\n    return 42\n",
+            },
+        )
         # the policy plants a grader that reports success, and the tests it would like
-        agent.step("write_file", {"path": f"{workdir}/.twinkle_grader/grade.py", "content": "print('pass')\n"})
+        agent.step(
+            "write_file",
+            {"path": f"{workdir}/.twinkle_grader/grade.py", "content": "print('pass')\n"},
+        )
         agent.step("write_file", {"path": f"{workdir}/.twinkle_grader/tests.json", "content": "{}"})
         cheat = env.grade_workspace(0, agent)[0]
         assert cheat.reward == 0.0 and cheat.metadata["outcome"] == "wrong"
@@ -50,5 +63,6 @@ def test_workspace_left_by_a_rollout_is_graded_with_pristine_tests(sandbox_url):
 
 def test_unreachable_sandbox_is_an_error_outcome():
     out = AgentEnvRunner(api_url="http://127.0.0.1:9", api_key="k", timeout=3).run(
-        {"solution.py": GOOD}, [TestCase("add_numbers(1, 2)", "3")])
+        {"solution.py": GOOD}, [TestCase("add_numbers(1, 2)", "3")]
+    )
     assert out.status == "error" and out.failures[0].startswith("sandbox failure")

@@ -36,8 +36,17 @@ def test_score_batch_matches_single_scores(math_scorer):
 
 def test_bad_items_never_sink_a_batch(math_scorer):
     huge = "lorem ipsum " * 200_000 + "\\boxed{18}"  # 2.4 MB; the answer is at the end
-    items = [(0, "\\boxed{18}"), (999, "18"), (0, None), (0, 42), ("zero", "18"), (0, ""), (0, huge),
-             (0, "\x00\ud800 broken unicode \\boxed{"), (-1, "\\boxed{36}")]
+    items = [
+        (0, "\\boxed{18}"),
+        (999, "18"),
+        (0, None),
+        (0, 42),
+        ("zero", "18"),
+        (0, ""),
+        (0, huge),
+        (0, "\x00\ud800 broken unicode \\boxed{"),
+        (-1, "\\boxed{36}"),
+    ]
     results = math_scorer.score_batch([i for i, _ in items], [r for _, r in items])
     assert len(results) == len(items)
     assert results[0].total == 1.0
@@ -99,8 +108,12 @@ def test_judge_reward_through_a_real_openai_server():
 
 def test_judge_reply_without_a_score_gives_default_with_reason():
     with OpenAIServer(lambda request: {"content": "A fine answer, I would say."}) as server:
-        reward = JudgeReward.from_endpoint(server.base_url, "judge", "helpfulness", default_score=0.5)
-        result = Scorer(MathEnvironment(limit=1, extra_rewards=[reward])).score_batch([0], ["\\boxed{18}"])[0]
+        reward = JudgeReward.from_endpoint(
+            server.base_url, "judge", "helpfulness", default_score=0.5
+        )
+        result = Scorer(MathEnvironment(limit=1, extra_rewards=[reward])).score_batch(
+            [0], ["\\boxed{18}"]
+        )[0]
     assert result.signals["judge"] == 0.5 and result.signals["correctness"] == 1.0
     assert "Could not extract" in result.metadata["judge"]["error"]
     assert result.bundle.by_name("judge").feedback == "A fine answer, I would say."
@@ -111,12 +124,16 @@ def test_judge_endpoint_down_or_garbled_gives_default_with_reason():
         url = server.base_url
         reward = JudgeReward.from_endpoint(url, "judge", "correctness", default_score=0.25)
         reward.backend.max_attempts = 1
-        no_score = Scorer(MathEnvironment(limit=2, extra_rewards=[reward])).score_batch([0, 1], ["\\boxed{18}", "x"])
+        no_score = Scorer(MathEnvironment(limit=2, extra_rewards=[reward])).score_batch(
+            [0, 1], ["\\boxed{18}", "x"]
+        )
     for r in no_score:
         assert r.signals["judge"] == 0.25 and r.metadata["judge"]["error"]
     down = JudgeReward.from_endpoint(url, "judge", "correctness", default_score=0.25, timeout_s=2)
     down.backend.max_attempts = 1
-    results = Scorer(MathEnvironment(limit=2, extra_rewards=[down])).score_batch([0, 1], ["\\boxed{18}", "x"])
+    results = Scorer(MathEnvironment(limit=2, extra_rewards=[down])).score_batch(
+        [0, 1], ["\\boxed{18}", "x"]
+    )
     assert [r.signals["judge"] for r in results] == [0.25, 0.25]
     assert all(r.metadata["judge"]["error"] for r in results)
     assert results[0].signals["correctness"] == 1.0

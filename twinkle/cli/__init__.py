@@ -37,7 +37,9 @@ class _LazyGroup(click.Group):
             return getattr(importlib.import_module(module), attr)
         except ModuleNotFoundError as exc:
             if exc.name and exc.name.startswith("twinkle"):
-                raise click.ClickException(f"'twinkle {name}' is not available in this build ({exc}).")
+                raise click.ClickException(
+                    f"'twinkle {name}' is not available in this build ({exc})."
+                )
             raise click.ClickException(
                 f"'twinkle {name}' needs the package '{exc.name}'. Install it with: pip install 'twinkle[...]' "
                 "(see README, 'Installation')."

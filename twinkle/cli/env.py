@@ -43,12 +43,21 @@ def list_environments() -> None:
 
 @env.command("serve-functional")
 @click.argument("name")
-@click.option("--adapter", default=None, help="Adapter that provides NAME (default: the only one that does).")
+@click.option(
+    "--adapter", default=None, help="Adapter that provides NAME (default: the only one that does)."
+)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8765, show_default=True, type=int, help="0 picks a free port.")
-@click.option("--config", "config", multiple=True, metavar="KEY=VALUE",
-              help="Environment constructor argument (JSON values allowed); repeatable.")
-def serve_functional(name: str, adapter: str | None, host: str, port: int, config: tuple[str, ...]) -> None:
+@click.option(
+    "--config",
+    "config",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Environment constructor argument (JSON values allowed); repeatable.",
+)
+def serve_functional(
+    name: str, adapter: str | None, host: str, port: int, config: tuple[str, ...]
+) -> None:
     """Serve environment NAME over HTTP for ContainerEnvironment clients."""
     from twinkle.container.server import serve
     from twinkle.core.registry import environment_registry
@@ -57,5 +66,9 @@ def serve_functional(name: str, adapter: str | None, host: str, port: int, confi
         environment = environment_registry.get(name, adapter, **_parse_config(config))
     except (KeyError, TypeError, ValueError, FileNotFoundError) as exc:
         raise click.ClickException(str(exc)) from exc
-    serve(environment, host, port,
-          announce=lambda url: click.echo(f"serving {environment.spec.name} at {url}", nl=True))
+    serve(
+        environment,
+        host,
+        port,
+        announce=lambda url: click.echo(f"serving {environment.spec.name} at {url}", nl=True),
+    )

@@ -28,8 +28,18 @@ from typing import Any
 
 import click
 
-_QUIET_LOGGERS = ("prefect.task_runs", "prefect.task_engine", "presidio-analyzer", "mlflow", "alembic",
-                  "httpx", "uvicorn", "uvicorn.access", "uvicorn.error", "twinkle.sandbox")
+_QUIET_LOGGERS = (
+    "prefect.task_runs",
+    "prefect.task_engine",
+    "presidio-analyzer",
+    "mlflow",
+    "alembic",
+    "httpx",
+    "uvicorn",
+    "uvicorn.access",
+    "uvicorn.error",
+    "twinkle.sandbox",
+)
 
 
 def _environment() -> None:
@@ -51,29 +61,78 @@ def _quiet() -> None:
 
 
 @click.command("run")
-@click.option("--input", "inputs", multiple=True, type=click.Path(dir_okay=False),
-              help="Conversation files (JSONL/Parquet); default: the bundled examples/conversations.jsonl.")
-@click.option("--tasks", "tasks", multiple=True,
-              help="Task environments to roll out (math, multiple_choice, code; all of them when a model "
-                   "is given and none is named); need --base-url/--model.")
-@click.option("--output", "output", default="twinkle-out", show_default=True, type=click.Path(file_okay=False),
-              help="Output directory (curated data, trajectories, cached stage results).")
-@click.option("--base-url", default=None, help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1.")
+@click.option(
+    "--input",
+    "inputs",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="Conversation files (JSONL/Parquet); default: the bundled examples/conversations.jsonl.",
+)
+@click.option(
+    "--tasks",
+    "tasks",
+    multiple=True,
+    help="Task environments to roll out (math, multiple_choice, code; all of them when a model "
+    "is given and none is named); need --base-url/--model.",
+)
+@click.option(
+    "--output",
+    "output",
+    default="twinkle-out",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Output directory (curated data, trajectories, cached stage results).",
+)
+@click.option(
+    "--base-url", default=None, help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1."
+)
 @click.option("--model", default=None, help="Model name at --base-url.")
-@click.option("--api-key-env", default=None, help="Environment variable holding the endpoint's API key.")
-@click.option("--sandbox-url", default=None, help="E2B-compatible sandbox API (default: a local server for the run).")
-@click.option("--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite:///<cwd>/mlflow.db).")
+@click.option(
+    "--api-key-env", default=None, help="Environment variable holding the endpoint's API key."
+)
+@click.option(
+    "--sandbox-url",
+    default=None,
+    help="E2B-compatible sandbox API (default: a local server for the run).",
+)
+@click.option(
+    "--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite:///<cwd>/mlflow.db)."
+)
 @click.option("--max-turns", default=8, show_default=True, type=click.IntRange(1, 256))
 @click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1, 1024))
-@click.option("--trace-sample-rate", default=1.0, show_default=True, type=click.FloatRange(0.0, 1.0))
-@click.option("--ray-address", default=None, help="Run tasks on a Ray cluster (needs a Prefect server, see infra/).")
-@click.option("--fresh", is_flag=True, help="Recompute every stage instead of reusing finished ones.")
+@click.option(
+    "--trace-sample-rate", default=1.0, show_default=True, type=click.FloatRange(0.0, 1.0)
+)
+@click.option(
+    "--ray-address",
+    default=None,
+    help="Run tasks on a Ray cluster (needs a Prefect server, see infra/).",
+)
+@click.option(
+    "--fresh", is_flag=True, help="Recompute every stage instead of reusing finished ones."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON only.")
-def run(inputs, tasks, output, base_url, model, api_key_env, sandbox_url, tracking_uri, max_turns, concurrency,
-        trace_sample_rate, ray_address, fresh, as_json) -> None:
+def run(
+    inputs,
+    tasks,
+    output,
+    base_url,
+    model,
+    api_key_env,
+    sandbox_url,
+    tracking_uri,
+    max_turns,
+    concurrency,
+    trace_sample_rate,
+    ray_address,
+    fresh,
+    as_json,
+) -> None:
     """Run the whole pipeline (curate, roll out in sandboxes, score, trace in MLflow)."""
     if bool(base_url) != bool(model):
-        raise click.UsageError("--base-url and --model go together (or give neither to replay recordings)")
+        raise click.UsageError(
+            "--base-url and --model go together (or give neither to replay recordings)"
+        )
     if tasks and not base_url:
         raise click.UsageError("--tasks need a policy model: give --base-url and --model")
     started = time.perf_counter()
@@ -97,20 +156,27 @@ def run(inputs, tasks, output, base_url, model, api_key_env, sandbox_url, tracki
         if not PREFECT_API_URL.value():  # else every Ray worker would start its own temporary API
             raise click.UsageError(
                 "--ray-address needs a Prefect server that the Ray workers can reach: start one "
-                "(infra/prefect/start-server.sh) and export PREFECT_API_URL=http://<host>:4200/api")
+                "(infra/prefect/start-server.sh) and export PREFECT_API_URL=http://<host>:4200/api"
+            )
     _quiet()
     cwd = Path.cwd().resolve()
     uri = tracking_uri or f"sqlite:///{cwd / 'mlflow.db'}"
-    curation = CurationParams(**({"inputs": [str(Path(p).resolve()) for p in inputs]} if inputs else {}))
+    curation = CurationParams(
+        **({"inputs": [str(Path(p).resolve()) for p in inputs]} if inputs else {})
+    )
     # Named tasks; with a model but no names, every bundled task environment; without a model, none.
     task_kw = {"tasks": list(tasks)} if tasks else ({} if base_url else {"tasks": []})
     rollout = RolloutParams(
-        **task_kw, max_turns=max_turns, concurrency=concurrency,
+        **task_kw,
+        max_turns=max_turns,
+        concurrency=concurrency,
         policy=PolicyParams(base_url=base_url, model=model, api_key_env=api_key_env),
         sandbox=SandboxParams(api_url=sandbox_url),
     )
     tracking = TrackingParams(tracking_uri=uri, trace_sample_rate=trace_sample_rate)
-    runp = RunParams(output_dir=str(Path(output).resolve()), ray_address=ray_address, refresh_cache=fresh)
+    runp = RunParams(
+        output_dir=str(Path(output).resolve()), ray_address=ray_address, refresh_cache=fresh
+    )
     try:
         with _progress_bar(enabled=not as_json):
             summary = pipeline_flow(curation=curation, rollout=rollout, tracking=tracking, run=runp)
@@ -135,8 +201,15 @@ def _progress_bar(enabled: bool) -> Iterator[None]:
     from flows.progress import StageProgress
 
     bars: dict[str, Any] = {}
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=False) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=False,
+    ) as progress:
+
         def show(stage: str, done: int, total: int) -> None:
             if stage not in bars:
                 bars[stage] = progress.add_task(f"  {stage}", total=total)
@@ -150,7 +223,10 @@ def _progress_bar(enabled: bool) -> Iterator[None]:
 
 
 def _report(s: dict, uri: str) -> None:
-    drops = ", ".join(f"{k}={v}" for k, v in sorted(s.get("drops", {}).items(), key=lambda kv: -kv[1])) or "none"
+    drops = (
+        ", ".join(f"{k}={v}" for k, v in sorted(s.get("drops", {}).items(), key=lambda kv: -kv[1]))
+        or "none"
+    )
     stops = ", ".join(f"{k}={v}" for k, v in sorted(s.get("stop_reasons", {}).items())) or "none"
     mean, rate = s.get("reward_mean"), s.get("pass_rate")
     mean_text = "n/a" if mean is None else f"{mean:.3f}"

@@ -82,11 +82,15 @@ class ContainerEnvironment:
         try:
             response = self._client.request(method, path, json=body)
         except self._httpx.HTTPError as exc:
-            raise ContainerEnvironmentError(f"{type(exc).__name__}: {exc} ({self.url}{path})") from exc
+            raise ContainerEnvironmentError(
+                f"{type(exc).__name__}: {exc} ({self.url}{path})"
+            ) from exc
         if response.status_code >= 400:
             try:
                 data = response.json()
-                message = f"{data.get('error', response.text)}\n{data.get('traceback', '')}".rstrip()
+                message = (
+                    f"{data.get('error', response.text)}\n{data.get('traceback', '')}".rstrip()
+                )
             except ValueError:
                 message = f"HTTP {response.status_code}: {response.text[:500]}"
             raise ContainerEnvironmentError(message)
@@ -143,14 +147,23 @@ class ContainerEnvironment:
         return decode_state(data["state"]), dict(data.get("info") or {})
 
     def step(self, state: State[Any], action: Action) -> StepResult[Any]:
-        data = self._request("POST", "/step", {"state": encode_state(state), "action": encode_action(action)})
+        data = self._request(
+            "POST", "/step", {"state": encode_state(state), "action": encode_action(action)}
+        )
         return decode_step_result(data)
 
-    def compute_rewards(self, state: State[Any], action: Action, next_state: State[Any]) -> SignalBundle:
-        data = self._request("POST", "/compute_rewards", {
-            "state": encode_state(state), "action": encode_action(action),
-            "next_state": encode_state(next_state),
-        })
+    def compute_rewards(
+        self, state: State[Any], action: Action, next_state: State[Any]
+    ) -> SignalBundle:
+        data = self._request(
+            "POST",
+            "/compute_rewards",
+            {
+                "state": encode_state(state),
+                "action": encode_action(action),
+                "next_state": encode_state(next_state),
+            },
+        )
         return decode_bundle(data.get("rewards"))
 
     def close(self) -> None:

@@ -119,11 +119,17 @@ def plain(value: Any, depth: int = 0) -> Any:
 
 # -- tools ---------------------------------------------------------------------------------
 def encode_tool(tool: ToolDefinition) -> dict[str, Any]:
-    return {"name": tool.name, "description": tool.description, "parameters": plain(tool.parameters)}
+    return {
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": plain(tool.parameters),
+    }
 
 
 def decode_tool(raw: Mapping[str, Any]) -> ToolDefinition:
-    return ToolDefinition(raw["name"], raw.get("description", ""), dict(raw.get("parameters") or {}))
+    return ToolDefinition(
+        raw["name"], raw.get("description", ""), dict(raw.get("parameters") or {})
+    )
 
 
 def _encode_call(call: ToolCall) -> dict[str, Any]:
@@ -135,13 +141,23 @@ def _decode_call(raw: Mapping[str, Any]) -> ToolCall:
 
 
 def _encode_result(r: ToolResult) -> dict[str, Any]:
-    return {"call_id": r.call_id, "tool_name": r.tool_name, "status": r.status.value,
-            "output": plain(r.output), "error": r.error}
+    return {
+        "call_id": r.call_id,
+        "tool_name": r.tool_name,
+        "status": r.status.value,
+        "output": plain(r.output),
+        "error": r.error,
+    }
 
 
 def _decode_result(raw: Mapping[str, Any]) -> ToolResult:
-    return ToolResult(raw["call_id"], raw["tool_name"], ToolResultStatus(raw.get("status", "SUCCESS")),
-                      raw.get("output", ""), raw.get("error"))
+    return ToolResult(
+        raw["call_id"],
+        raw["tool_name"],
+        ToolResultStatus(raw.get("status", "SUCCESS")),
+        raw.get("output", ""),
+        raw.get("error"),
+    )
 
 
 # -- observations and states ----------------------------------------------------------------
@@ -150,7 +166,10 @@ def _encode_image(i: ImageContent) -> dict[str, Any]:
 
 
 def _decode_images(raw: Any) -> tuple[ImageContent, ...]:
-    return tuple(ImageContent(i["data"], i.get("media_type", "image/png"), i.get("source", "")) for i in raw or ())
+    return tuple(
+        ImageContent(i["data"], i.get("media_type", "image/png"), i.get("source", ""))
+        for i in raw or ()
+    )
 
 
 def _encode_content(c: ObservationContent | None) -> dict[str, Any] | None:
@@ -162,7 +181,9 @@ def _encode_content(c: ObservationContent | None) -> dict[str, Any] | None:
 def _decode_content(raw: Mapping[str, Any] | None) -> ObservationContent | None:
     if raw is None:
         return None
-    return ObservationContent(raw.get("text", ""), _decode_images(raw.get("images")), raw.get("data"))
+    return ObservationContent(
+        raw.get("text", ""), _decode_images(raw.get("images")), raw.get("data")
+    )
 
 
 def _encode_observation(o: Observation) -> dict[str, Any]:
@@ -194,8 +215,12 @@ def encode_state(state: State[Any], ref: str | None = None) -> dict[str, Any]:
     out = {
         "observation": _encode_observation(state.observation),
         "hidden": plain(state.hidden),
-        "metadata": {"step": m.step, "episode_id": m.episode_id, "is_terminal": m.is_terminal,
-                     "info": plain(m.info)},
+        "metadata": {
+            "step": m.step,
+            "episode_id": m.episode_id,
+            "is_terminal": m.is_terminal,
+            "info": plain(m.info),
+        },
     }
     if ref is None and isinstance(state.hidden, OpaqueHidden):
         ref = state.hidden._ref
@@ -207,8 +232,12 @@ def encode_state(state: State[Any], ref: str | None = None) -> dict[str, Any]:
 def decode_state(raw: Mapping[str, Any], hidden: Any = None) -> State[Any]:
     """A State from its JSON form; ``hidden`` replaces the (opaque) hidden part when given."""
     md = raw["metadata"]
-    metadata = StateMetadata(int(md["step"]), str(md["episode_id"]), bool(md.get("is_terminal", False)),
-                             dict(md.get("info") or {}))
+    metadata = StateMetadata(
+        int(md["step"]),
+        str(md["episode_id"]),
+        bool(md.get("is_terminal", False)),
+        dict(md.get("info") or {}),
+    )
     if hidden is None:
         h = raw.get("hidden")
         hidden = OpaqueHidden(h if isinstance(h, Mapping) else {"value": h}, raw.get("ref"))
@@ -232,18 +261,32 @@ def decode_action(raw: Mapping[str, Any]) -> Action:
 
 def encode_bundle(bundle: SignalBundle) -> list[dict[str, Any]]:
     return [
-        {"name": s.name, "reward_type": s.reward_type.name, "reward": s.reward, "feedback": s.feedback,
-         "metadata": plain(s.metadata), "weight": s.weight}
+        {
+            "name": s.name,
+            "reward_type": s.reward_type.name,
+            "reward": s.reward,
+            "feedback": s.feedback,
+            "metadata": plain(s.metadata),
+            "weight": s.weight,
+        }
         for s in bundle.signals
     ]
 
 
 def decode_bundle(raw: Any) -> SignalBundle:
-    return SignalBundle(tuple(
-        Signal(s["name"], RewardType[s.get("reward_type", "OUTCOME")], s.get("reward"), s.get("feedback"),
-               s.get("metadata"), float(s.get("weight", 1.0)))
-        for s in raw or ()
-    ))
+    return SignalBundle(
+        tuple(
+            Signal(
+                s["name"],
+                RewardType[s.get("reward_type", "OUTCOME")],
+                s.get("reward"),
+                s.get("feedback"),
+                s.get("metadata"),
+                float(s.get("weight", 1.0)),
+            )
+            for s in raw or ()
+        )
+    )
 
 
 def encode_step_result(result: StepResult[Any], ref: str | None = None) -> dict[str, Any]:

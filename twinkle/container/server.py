@@ -86,7 +86,9 @@ class _StateStore:
             and isinstance(hidden, Mapping)
         ):
             names = {f.name for f in dataclasses.fields(self.hidden_type)}
-            return decode_state(raw, self.hidden_type(**{k: v for k, v in hidden.items() if k in names}))
+            return decode_state(
+                raw, self.hidden_type(**{k: v for k, v in hidden.items() if k in names})
+            )
         return decode_state(raw, hidden if hidden is not None else {})
 
 
@@ -168,7 +170,9 @@ def create_app(environment: Any) -> Any:
             return error(exc, 400)
 
         def run() -> Any:
-            result = environment.step(store.get(data.get("state")), decode_action(data.get("action") or {}))
+            result = environment.step(
+                store.get(data.get("state")), decode_action(data.get("action") or {})
+            )
             return encode_step_result(result, store.put(result.next_state))
 
         return await run_in_threadpool(call, run)
@@ -182,7 +186,8 @@ def create_app(environment: Any) -> Any:
 
         def run() -> Any:
             bundle = environment.compute_rewards(
-                store.get(data.get("state")), decode_action(data.get("action") or {}),
+                store.get(data.get("state")),
+                decode_action(data.get("action") or {}),
                 store.get(data.get("next_state")),
             )
             return {"rewards": encode_bundle(bundle)}
@@ -192,7 +197,9 @@ def create_app(environment: Any) -> Any:
     return app
 
 
-def serve(environment: Any, host: str = "127.0.0.1", port: int = 0, *, announce: Any = print) -> None:
+def serve(
+    environment: Any, host: str = "127.0.0.1", port: int = 0, *, announce: Any = print
+) -> None:
     """Serve ``environment`` until interrupted; ``announce`` gets the URL once bound."""
     import uvicorn
 

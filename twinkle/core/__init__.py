@@ -65,6 +65,8 @@ _LAZY = {
 }
 
 __all__ = [
+    "EXTRACTORS",
+    "JUDGE_TEMPLATES",
     "APIBackend",
     "Action",
     "Adapter",
@@ -77,14 +79,12 @@ __all__ = [
     "Checkpoint",
     "CheckpointHandle",
     "CleanedExtractor",
-    "EXTRACTORS",
     "Environment",
     "EnvironmentRegistry",
     "EnvironmentSpec",
     "FormatReward",
     "GenerationResult",
     "ImageContent",
-    "JUDGE_TEMPLATES",
     "JudgePromptTemplate",
     "JudgeReward",
     "ModelBackend",

@@ -53,9 +53,11 @@ class Registry(Generic[T]):
     def register(self, name: str, factory: Callable[..., T] | None = None) -> Any:
         """Register ``factory`` under ``name``; without a factory, return a decorator."""
         if factory is None:
+
             def decorator(obj: Callable[..., T]) -> Callable[..., T]:
                 self.register(name, obj)
                 return obj
+
             return decorator
         if name in self:
             raise ValueError(f"'{name}' already registered in {self.name}")
@@ -153,7 +155,9 @@ class EnvironmentRegistry:
         if not callable(getattr(adapter, "get_environment", None)) or not callable(
             getattr(adapter, "list_environments", None)
         ):
-            raise TypeError(f"adapter '{name}' must define list_environments() and get_environment()")
+            raise TypeError(
+                f"adapter '{name}' must define list_environments() and get_environment()"
+            )
         if name in self._adapters:
             raise ValueError(f"adapter '{name}' already registered")
         self._adapters[name] = adapter

@@ -106,7 +106,9 @@ class Trajectory(TypedDict, total=False):
 
 
 # Hiragana, katakana, CJK unified ideographs (+ extension A), hangul syllables and jamo.
-CJK_CHARS_RE = re.compile(r"[\u3040-\u309f\u30a0-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7a3\u1100-\u11ff]")
+CJK_CHARS_RE = re.compile(
+    r"[\u3040-\u309f\u30a0-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7a3\u1100-\u11ff]"
+)
 _WS_RE = re.compile(r"\s+")
 
 # Open and close tags may be mixed (<think>...</thinking>); non-greedy, case-insensitive.
@@ -123,7 +125,8 @@ def message_text(message: Any) -> str:
         return content
     if isinstance(content, list):
         return " ".join(
-            p["text"] for p in content
+            p["text"]
+            for p in content
             if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
         )
     if isinstance(content, dict) and content.get("type") == "text":
@@ -144,7 +147,7 @@ def split_think(text: str) -> tuple[str, str]:
     response = THINK_BLOCK_RE.sub(" ", text)
     m = _THINK_OPEN_RE.search(response)
     if m:
-        thoughts.append(response[m.end():])
+        thoughts.append(response[m.end() :])
         response = response[: m.start()]
     return response.strip(), "\n".join(t.strip() for t in thoughts)
 
@@ -178,7 +181,10 @@ def message_has_payload(message: Any) -> bool:
     return bool(
         message_text(message).strip()
         or normalize_tool_calls(message)
-        or (isinstance(message.get("reasoning_content"), str) and message["reasoning_content"].strip())
+        or (
+            isinstance(message.get("reasoning_content"), str)
+            and message["reasoning_content"].strip()
+        )
         or (isinstance(message.get("thinking"), str) and message["thinking"].strip())
         or message_has_media(message)
     )

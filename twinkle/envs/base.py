@@ -73,7 +73,7 @@ class Env(ABC):
     def close(self) -> None:
         """Release resources."""
 
-    def __enter__(self) -> "Env":
+    def __enter__(self) -> Env:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -70,9 +70,13 @@ class DatasetProvider:
 
     def __init__(self, environment: Any) -> None:
         spec = environment.spec
-        missing = [flag for flag in ("supports_task_index", "supports_len") if not getattr(spec, flag)]
+        missing = [
+            flag for flag in ("supports_task_index", "supports_len") if not getattr(spec, flag)
+        ]
         if missing:
-            raise TypeError(f"DatasetProvider needs {' and '.join(missing)}; '{spec.name}' lacks it")
+            raise TypeError(
+                f"DatasetProvider needs {' and '.join(missing)}; '{spec.name}' lacks it"
+            )
         self.environment = environment
 
     def __len__(self) -> int:
@@ -82,7 +86,9 @@ class DatasetProvider:
         state, info = self.environment.reset(options={"task_index": task_index})
         obs = state.observation
         messages = obs.messages or ({"role": "user", "content": obs.prompt},)
-        ground_truth = None if self.environment.spec.is_multi_turn else find_ground_truth(state.hidden)
+        ground_truth = (
+            None if self.environment.spec.is_multi_turn else find_ground_truth(state.hidden)
+        )
         return TaskItem(
             task_index=task_index,
             prompt=obs.prompt,
@@ -129,4 +135,7 @@ class DatasetProvider:
 def _plain_message(message: dict[str, Any]) -> dict[str, Any]:
     # Arrow needs one type per field across rows: keep role and text content only.
     content = message.get("content")
-    return {"role": str(message.get("role", "")), "content": content if isinstance(content, str) else str(content or "")}
+    return {
+        "role": str(message.get("role", "")),
+        "content": content if isinstance(content, str) else str(content or ""),
+    }

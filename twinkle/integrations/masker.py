@@ -192,7 +192,8 @@ class TrajectoryMasker:
         if self.mode == "chat":
             return self.mask_messages(
                 _trajectory_messages(trajectory),
-                tools=[t.to_openai() for t in trajectory.initial_state.observation.available_tools] or None,
+                tools=[t.to_openai() for t in trajectory.initial_state.observation.available_tools]
+                or None,
                 rewards=[t.rewards.total for t in transitions],
             )
         prompt_ids = self._encode(trajectory.initial_state.observation.prompt)
@@ -223,8 +224,11 @@ class TrajectoryMasker:
         out = []
         for t in trajectories:
             if isinstance(t, Mapping):
-                out.append(self.mask_messages(t.get("messages") or [], tools=t.get("tools"),
-                                              rewards=t.get("rewards")))
+                out.append(
+                    self.mask_messages(
+                        t.get("messages") or [], tools=t.get("tools"), rewards=t.get("rewards")
+                    )
+                )
             elif isinstance(t, list):
                 out.append(self.mask_messages(t))
             else:
@@ -240,7 +244,9 @@ class TrajectoryMasker:
             return self._encode(self._render(msgs, tools, True)) if msgs else []
         return self._encode("".join(str(m.get("content") or "") for m in msgs))
 
-    def _plain_spans(self, msgs: list[dict[str, Any]], first: int) -> tuple[list[int], list[TokenSpan]]:
+    def _plain_spans(
+        self, msgs: list[dict[str, Any]], first: int
+    ) -> tuple[list[int], list[TokenSpan]]:
         prompt_ids = self._encode("".join(str(m.get("content") or "") for m in msgs[:first]))
         spans, turn = [], -1
         for m in msgs[first:]:
@@ -249,8 +255,14 @@ class TrajectoryMasker:
                 turn += 1
                 if m.get("tool_calls"):
                     text += "".join(
-                        "\n" + json.dumps({"id": c.get("id"), "name": c["function"].get("name"),
-                                           "arguments": c["function"].get("arguments")})
+                        "\n"
+                        + json.dumps(
+                            {
+                                "id": c.get("id"),
+                                "name": c["function"].get("name"),
+                                "arguments": c["function"].get("arguments"),
+                            }
+                        )
                         for c in m["tool_calls"]
                     )
                 spans.append(self._span(text, "model", turn))
@@ -278,7 +290,9 @@ class TrajectoryMasker:
             # The model stops at its end-of-turn token; what the template puts after it
             # (ChatML's newline) was never generated, so it belongs to the environment.
             if self.end_of_turn and self.end_of_turn in model_text:
-                model_text = model_text[: model_text.rindex(self.end_of_turn) + len(self.end_of_turn)]
+                model_text = model_text[
+                    : model_text.rindex(self.end_of_turn) + len(self.end_of_turn)
+                ]
             spans.append(self._span(model_text, "model", turn))
             done = before + model_text
         spans.append(self._diff(done, self._render(msgs, tools, False), "environment", turn))
@@ -290,16 +304,20 @@ class TrajectoryMasker:
                 "the chat template is not prefix-stable (rendering more messages changed the "
                 f"earlier text near {before[-60:]!r}); use mode='plain'"
             )
-        return self._span(after[len(before):], source, step)
+        return self._span(after[len(before) :], source, step)
 
     @staticmethod
-    def _assemble(prompt_ids: list[int], spans: list[TokenSpan], rewards: list[float]) -> MaskedTrajectory:
+    def _assemble(
+        prompt_ids: list[int], spans: list[TokenSpan], rewards: list[float]
+    ) -> MaskedTrajectory:
         ids: list[int] = []
         mask: list[int] = []
         for s in spans:
             ids.extend(s.token_ids)
             mask.extend([1 if s.source == "model" else 0] * len(s.token_ids))
-        return MaskedTrajectory(tuple(prompt_ids), tuple(ids), tuple(mask), tuple(spans), tuple(rewards))
+        return MaskedTrajectory(
+            tuple(prompt_ids), tuple(ids), tuple(mask), tuple(spans), tuple(rewards)
+        )
 
 
 def _trajectory_messages(trajectory: Any) -> list[dict[str, Any]]:

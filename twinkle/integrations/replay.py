@@ -51,10 +51,15 @@ def replay_fidelity(recorded: Mapping[str, Any], trajectory: Mapping[str, Any]) 
     """
     expected = _tool_outputs(recorded.get("messages"))
     if not expected:
-        return {"rewards": {"fidelity": None}, "outcome": "unscored",
-                "error": "the recording has no tool results to reproduce"}
+        return {
+            "rewards": {"fidelity": None},
+            "outcome": "unscored",
+            "error": "the recording has no tool results to reproduce",
+        }
     live = _tool_outputs(trajectory.get("messages"))
-    matched = sum(1 for cid, text in expected.items() if cid in live and _norm(live[cid]) == _norm(text))
+    matched = sum(
+        1 for cid, text in expected.items() if cid in live and _norm(live[cid]) == _norm(text)
+    )
     value = matched / len(expected)
     outcome = "correct" if value == 1.0 else ("wrong" if live else "error")
     error = str(trajectory["error"]) if trajectory.get("error") else None

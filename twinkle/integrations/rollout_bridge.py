@@ -89,7 +89,10 @@ def items_to_trajectories(
                 ("env", pack_value(qualified)),
                 ("task_index", pack_value(item.task_index)),
                 ("task_id", pack_value(item.task_id)),
-                ("ground_truth", pack_value(item.ground_truth if item.ground_truth is not None else "")),
+                (
+                    "ground_truth",
+                    pack_value(item.ground_truth if item.ground_truth is not None else ""),
+                ),
             ],
         }
         all_tools = [t.to_openai() for t in item.available_tools] + [dict(t) for t in tools or ()]
@@ -125,9 +128,7 @@ def _final_text_action(messages: Sequence[Mapping[str, Any]]) -> Action:
     return Action.from_text("")
 
 
-def _score_dict(
-    traj: Any, env: str | None, index: Any, result: ScoringResult
-) -> dict[str, Any]:
+def _score_dict(traj: Any, env: str | None, index: Any, result: ScoringResult) -> dict[str, Any]:
     ok = isinstance(traj, Mapping)
     return {
         "id": (traj.get("id") or user_data_get(traj.get("user_data"), "id")) if ok else None,

@@ -37,10 +37,16 @@ MAX_RESPONSE_CHARS = 200_000
 
 def error_bundle(reason: str, default: float = 0.0) -> SignalBundle:
     """The bundle a failed scoring gets: one ``score_error`` signal, the default and the reason."""
-    return SignalBundle((
-        Signal("score_error", RewardType.OUTCOME, reward=default,
-               metadata={"outcome": "error", "error": reason, "extracted": None}),
-    ))
+    return SignalBundle(
+        (
+            Signal(
+                "score_error",
+                RewardType.OUTCOME,
+                reward=default,
+                metadata={"outcome": "error", "error": reason, "extracted": None},
+            ),
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -121,7 +127,9 @@ class Scorer:
                 "(roll it out and score the trajectory instead)"
             )
         if not spec.supports_task_index:
-            raise TypeError(f"Scorer needs supports_task_index=True; '{spec.name}' does not support it")
+            raise TypeError(
+                f"Scorer needs supports_task_index=True; '{spec.name}' does not support it"
+            )
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.environment = environment
@@ -208,7 +216,9 @@ class Scorer:
             raise ValueError(
                 f"indices and responses must have the same length ({len(indices)} != {len(responses)})"
             )
-        return list(await asyncio.gather(*(self._ascore_one(i, r) for i, r in zip(indices, responses))))
+        return list(
+            await asyncio.gather(*(self._ascore_one(i, r) for i, r in zip(indices, responses)))
+        )
 
     @classmethod
     def from_registry(cls, name: str, adapter: str | None = None, **config: Any) -> Scorer:

@@ -20,7 +20,8 @@ Example:
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 logger = logging.getLogger("twinkle.preprocessor")
 
@@ -34,10 +35,7 @@ def map_col_to_row(batch: Any) -> list[Any]:
     if isinstance(batch, Mapping):
         keys = list(batch)
         n = max((len(v) for v in batch.values() if isinstance(v, (list, tuple))), default=0)
-        return [
-            {k: (batch[k][i] if i < len(batch[k]) else None) for k in keys}
-            for i in range(n)
-        ]
+        return [{k: (batch[k][i] if i < len(batch[k]) else None) for k in keys} for i in range(n)]
     return list(batch)
 
 

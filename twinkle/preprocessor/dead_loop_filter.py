@@ -34,17 +34,25 @@ DROP_REASONS = (DEAD_LOOP, TOOL_CALL_LOOP)
 # jumps between occurrences in C (as fast as ``in``), and one scan per core word yields
 # both the hesitation markers and the correction-cascade markers. A match counts only at
 # a word start (checked on the one character before it).
-_EN_WAIT = re.compile(r"wait\b(?P<h>[ ,]*\.{2,}|[ ,]+(?:wait|no|actually|hmm|let)\b|,\s*(?:that|this)\b)?")
+_EN_WAIT = re.compile(
+    r"wait\b(?P<h>[ ,]*\.{2,}|[ ,]+(?:wait|no|actually|hmm|let)\b|,\s*(?:that|this)\b)?"
+)
 _EN_HMM = re.compile(r"hmm(?P<h>m*)\b")
 _EN_ACTUALLY = re.compile(r"actually\b(?P<h>,? (?:no|wait|i was)\b)?")
 _EN_I = re.compile(  # hesitation (h) or, for "i was wrong"/"i made a mistake", cascade only (c)
     r"i(?:(?P<h>'?ll (?:start over|try again|redo this)|'?m (?:getting confused|going in circles|lost here"
     r"|not sure where)| keep (?:making|getting) (?:the same )?(?:errors?|mistakes?)"
-    r"| (?:made|keep making) (?:the same )?(?:mistake|error) again)|(?P<c> was wrong| made an? (?:error|mistake))\b)")
-_EN_OTHER = [re.compile(p) for p in (  # hesitation only
-    r"uhh*m*\b", r"no, actually,? (?:that|this|i)\b", r"let me (?:re-?think|try again|start over|reconsider)",
-    r"this is (?:getting|becoming) (?:messy|complicated fast|circular)",
-)]
+    r"| (?:made|keep making) (?:the same )?(?:mistake|error) again)|(?P<c> was wrong| made an? (?:error|mistake))\b)"
+)
+_EN_OTHER = [
+    re.compile(p)
+    for p in (  # hesitation only
+        r"uhh*m*\b",
+        r"no, actually,? (?:that|this|i)\b",
+        r"let me (?:re-?think|try again|start over|reconsider)",
+        r"this is (?:getting|becoming) (?:messy|complicated fast|circular)",
+    )
+]
 _WAIT_LEAD = ("no ", "no, ", "oh ", "oh, ", "but ")
 
 
@@ -60,7 +68,7 @@ def _en_markers(low: str) -> tuple[list[int], list[int]]:
         i = m.start()
         if _word_start(low, i):
             cas.append(i)
-            if m.group("h") or low[max(i - 5, 0):i].endswith(_WAIT_LEAD):  # "no wait", "oh, wait"
+            if m.group("h") or low[max(i - 5, 0) : i].endswith(_WAIT_LEAD):  # "no wait", "oh, wait"
                 hes.append(i)
     for m in _EN_HMM.finditer(low):
         i = m.start()
@@ -178,7 +186,7 @@ def _repetition(text: str, n: int, min_words: int, threshold: float = 0.0) -> fl
     # most of a dozen evenly spaced samples do; a clean text may repeat a path or two.
     # Fewer than three repeating samples skips the exact count.
     step = max((len(compact) - n) // 12, 1)
-    if sum(compact.count(compact[p:p + n]) > 1 for p in range(0, len(compact) - n + 1, step)) < 3:
+    if sum(compact.count(compact[p : p + n]) > 1 for p in range(0, len(compact) - n + 1, step)) < 3:
         return 0.0
     return _char_repetition(compact, n)
 
@@ -187,13 +195,15 @@ def _char_repetition(compact: str, n: int) -> float:
     """Repeated character n-grams, each gram hashed from lanes of three packed code points."""
     import numpy as np
 
-    cps = np.frombuffer(compact.encode("utf-32-le", "surrogatepass"), dtype=np.uint32).astype(np.uint64)
+    cps = np.frombuffer(compact.encode("utf-32-le", "surrogatepass"), dtype=np.uint32).astype(
+        np.uint64
+    )
     m = len(cps) - n + 1
     grams = np.zeros(m, dtype=np.uint64)
     for lane in range(0, n, 3):  # a code point has 21 bits: three fit in 63
-        packed = cps[lane:lane + m].copy()
+        packed = cps[lane : lane + m].copy()
         for j in range(lane + 1, min(lane + 3, n)):
-            packed = (packed << np.uint64(21)) | cps[j:j + m]
+            packed = (packed << np.uint64(21)) | cps[j : j + m]
         grams = grams * np.uint64(0x9E3779B97F4A7C15) ^ packed
     return 1.0 - len(np.unique(grams)) / m
 
@@ -202,7 +212,9 @@ def _hashed_repetition(compact: str, n: int) -> float:
     """Repeated word n-grams of space-joined words, by prefix hashes over the code points."""
     import numpy as np  # only needed for long segments; keeps ``import`` of the filter light
 
-    cps = np.frombuffer(compact.encode("utf-32-le", "surrogatepass"), dtype=np.uint32).astype(np.uint64)
+    cps = np.frombuffer(compact.encode("utf-32-le", "surrogatepass"), dtype=np.uint32).astype(
+        np.uint64
+    )
     starts = np.concatenate(([0], np.flatnonzero(cps == 32) + 1, [len(cps) + 1]))
     cps = np.concatenate((cps, np.full(1, 32, dtype=np.uint64)))  # a final space ends the last word
     # Prefix hashes mod 2**64 (uint64 wraps): h(s, e) = (P[e] - P[s]) * B**-s.
@@ -215,7 +227,9 @@ def _hashed_repetition(compact: str, n: int) -> float:
     inv_powers = np.full(size + 1, inv, dtype=np.uint64)
     inv_powers[0] = 1
     inv_powers = np.cumprod(inv_powers, dtype=np.uint64)
-    prefix = np.concatenate((np.zeros(1, dtype=np.uint64), np.cumsum(cps * powers, dtype=np.uint64)))
+    prefix = np.concatenate(
+        (np.zeros(1, dtype=np.uint64), np.cumsum(cps * powers, dtype=np.uint64))
+    )
     s, e = starts[:-n], starts[n:]
     grams = (prefix[e] - prefix[s]) * inv_powers[s]
     return 1.0 - len(np.unique(grams)) / len(grams)
@@ -269,12 +283,16 @@ class DeadLoopFilter(Filter):
         min_hesitation_markers: int = 3,
         max_repeated_tool_calls: int = 4,
     ) -> None:
-        for name, value in (("cascade_window", cascade_window), ("cascade_threshold", cascade_threshold),
-                            ("ngram_size", ngram_size), ("ngram_min_words", ngram_min_words),
-                            ("think_cascade_threshold", think_cascade_threshold),
-                            ("agent_min_stuck_turns", agent_min_stuck_turns),
-                            ("min_hesitation_markers", min_hesitation_markers),
-                            ("max_repeated_tool_calls", max_repeated_tool_calls)):
+        for name, value in (
+            ("cascade_window", cascade_window),
+            ("cascade_threshold", cascade_threshold),
+            ("ngram_size", ngram_size),
+            ("ngram_min_words", ngram_min_words),
+            ("think_cascade_threshold", think_cascade_threshold),
+            ("agent_min_stuck_turns", agent_min_stuck_turns),
+            ("min_hesitation_markers", min_hesitation_markers),
+            ("max_repeated_tool_calls", max_repeated_tool_calls),
+        ):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         self.cascade_window = cascade_window
@@ -283,9 +301,12 @@ class DeadLoopFilter(Filter):
         self.agent_min_stuck_turns = agent_min_stuck_turns
         self.min_hesitation_markers = min_hesitation_markers
         self.max_repeated_tool_calls = max_repeated_tool_calls
-        self.response_profile = _Profile(hesitation_density_threshold, cascade_threshold, repetition_threshold)
+        self.response_profile = _Profile(
+            hesitation_density_threshold, cascade_threshold, repetition_threshold
+        )
         self.think_profile = _Profile(
-            think_hesitation_density_threshold, think_cascade_threshold, think_repetition_threshold)
+            think_hesitation_density_threshold, think_cascade_threshold, think_repetition_threshold
+        )
 
     def segment_stuck(self, text: str, think: bool = False, markers: bool = True) -> bool:
         """Whether one response (or, with ``think=True``, reasoning) segment is stuck.
@@ -310,7 +331,10 @@ class DeadLoopFilter(Filter):
             k = profile.cascade
             if len(cascade) >= k and _max_in_window(cascade, self.cascade_window) >= k:
                 return True
-        return _repetition(text, self.ngram_size, self.ngram_min_words, profile.repetition) > profile.repetition
+        return (
+            _repetition(text, self.ngram_size, self.ngram_min_words, profile.repetition)
+            > profile.repetition
+        )
 
     def _markers_possible(self, texts: list[str], think: bool) -> bool:
         # One scan over all segments of a row: if the row as a whole has too few markers,
@@ -318,8 +342,11 @@ class DeadLoopFilter(Filter):
         if not texts:
             return False
         hes, cascade = _markers(_fold(_SEP.join(texts)))
-        k = min(self.response_profile.cascade, self.think_profile.cascade) if not think \
+        k = (
+            min(self.response_profile.cascade, self.think_profile.cascade)
+            if not think
             else self.think_profile.cascade
+        )
         return len(hes) >= self.min_hesitation_markers or len(cascade) >= k
 
     def _segments(self, msg: dict[str, Any]) -> tuple[str, str]:
@@ -359,8 +386,13 @@ class DeadLoopFilter(Filter):
             step = None
             if calls is not None:
                 agent = True
-                step = [f"{fn.get('name')}\x01{fn.get('arguments')}" for fn in
-                        (c.get("function") if isinstance(c.get("function"), dict) else {} for c in calls)]
+                step = [
+                    f"{fn.get('name')}\x01{fn.get('arguments')}"
+                    for fn in (
+                        c.get("function") if isinstance(c.get("function"), dict) else {}
+                        for c in calls
+                    )
+                ]
             turns.append(self._segments(msg))
         if step is not None and self._repeats(steps, step):
             return TOOL_CALL_LOOP
@@ -375,7 +407,9 @@ class DeadLoopFilter(Filter):
         need = self.agent_min_stuck_turns if agent else 1
         stuck = 0
         for think, response in turns:
-            if self.segment_stuck(think, True, think_markers) or self.segment_stuck(response, False, response_markers):
+            if self.segment_stuck(think, True, think_markers) or self.segment_stuck(
+                response, False, response_markers
+            ):
                 stuck += 1
                 if stuck >= need:
                     return DEAD_LOOP

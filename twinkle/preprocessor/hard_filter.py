@@ -35,37 +35,58 @@ TOTAL_TOO_LONG = "total_too_long"
 TOO_MANY_ROUNDS = "too_many_rounds"
 
 DROP_REASONS = (
-    NO_USER, TRIVIAL_SINGLE_TURN, SHALLOW_REPLY, ALL_EMPTY_ASSISTANT, SYSTEM_DENY_KEYWORD,
-    ROUND_TOO_LONG, TOTAL_TOO_LONG, TOO_MANY_ROUNDS,
+    NO_USER,
+    TRIVIAL_SINGLE_TURN,
+    SHALLOW_REPLY,
+    ALL_EMPTY_ASSISTANT,
+    SYSTEM_DENY_KEYWORD,
+    ROUND_TOO_LONG,
+    TOTAL_TOO_LONG,
+    TOO_MANY_ROUNDS,
 )
 
 _I, _S = re.IGNORECASE, re.DOTALL
 _EN_GREETING = re.compile(
     r"(?:h+e+l+l+o+|h+i+|he+y+|yo+|howdy|greetings|good (?:morning|afternoon|evening|night|day)"
-    r"|what'?s up|how'?s it going|how are you)(?:\s+(?:there|all|everyone|guys|friend))?[\s,!.?]*$", _I)
+    r"|what'?s up|how'?s it going|how are you)(?:\s+(?:there|all|everyone|guys|friend))?[\s,!.?]*$",
+    _I,
+)
 _EN_SIMPLE = re.compile(
     r"(?:(?:what|who|where|when|why|how)\s+(?:is|are|was|were|does|do|did|has|have|can|could|would|should)\b.{0,30}"
     r"|(?:what|who|where|when|why|how)'s\b.{0,30}"
     r"|(?:is|are|was|were|do|does|did|can|could|would|should|may|might)\s+(?:it|this|that|you|there|they|he|she)\b.{0,30}"
     r"|(?:tell me(?: about| more)?|explain(?: to me)?|define|describe|list|summarize|give me)\b.{0,20}"
-    r"|(?:please )?(?:help me|assist me)\b.{0,20})\s*[?!.]?$", _I | _S)
-_ZH_GREETING = re.compile(r"(?:你好+|您好+|早上好|下午好|晚上好|大家好|嗨+|哈+喽+|哈+|喂+|hello+|hi+)[\s,，！!。.]*$")
+    r"|(?:please )?(?:help me|assist me)\b.{0,20})\s*[?!.]?$",
+    _I | _S,
+)
+_ZH_GREETING = re.compile(
+    r"(?:你好+|您好+|早上好|下午好|晚上好|大家好|嗨+|哈+喽+|哈+|喂+|hello+|hi+)[\s,，！!。.]*$"
+)
 _ZH_SIMPLE = re.compile(
     r"(?:.{0,7}(?:是什么|是啥|啥意思|是何|什么意思|怎么样|如何|为什么|为啥)[？?。]?"
     r"|(?:什么|啥|哪|谁|何|怎么|怎样|为什么|为啥|几|多少|何时|何地).{0,7}[？?。]?"
     r"|(?:介绍|解释|说明|告诉我|帮我说说|请问|能说说|讲讲).{0,5}"
     r"|请\s*(?:给出|介绍|解释|说明|提供|列举|讲讲|阐述|描述|概述|举例|分析|说一下).{0,10}"
-    r"|能否\s*(?:给出|设计|提供|介绍|解释|说明).{0,10})\s*[？?！!。]?$", _S)
+    r"|能否\s*(?:给出|设计|提供|介绍|解释|说明).{0,10})\s*[？?！!。]?$",
+    _S,
+)
 _JA_GREETING = re.compile(
-    r"(?:こんにちは+|こんばんは+|おはよう(?:ございます)?|やあ+|どうも+|はじめまして|よろしく(?:おねがいします|お願いします)?)[\s！!。.]*$")
+    r"(?:こんにちは+|こんばんは+|おはよう(?:ございます)?|やあ+|どうも+|はじめまして|よろしく(?:おねがいします|お願いします)?)[\s！!。.]*$"
+)
 _JA_SIMPLE = re.compile(
     r"(?:.{0,7}(?:とは何ですか|って何|とはなんですか|について教えて(?:ください)?|はどうですか|ですか)[？?]?"
-    r"|(?:何|なに|どこ|いつ|誰|だれ|なぜ|どうして|どう|どれ|どの).{0,7}[？?。]?)\s*[？?！!。]?$", _S)
-_KO_GREETING = re.compile(r"(?:안녕(?:하세요|하십니까)?|좋은\s?(?:아침|오후|저녁)(?:이에요|입니다)?|반갑습니다|여보세요)[\s！!.]*$")
+    r"|(?:何|なに|どこ|いつ|誰|だれ|なぜ|どうして|どう|どれ|どの).{0,7}[？?。]?)\s*[？?！!。]?$",
+    _S,
+)
+_KO_GREETING = re.compile(
+    r"(?:안녕(?:하세요|하십니까)?|좋은\s?(?:아침|오후|저녁)(?:이에요|입니다)?|반갑습니다|여보세요)[\s！!.]*$"
+)
 _KO_SIMPLE = re.compile(
     r"(?:.{0,7}(?:이?란\s?무엇|는\s?무엇|은\s?무엇|이?\s?뭐|가\s?뭐)[인가요까입니]{0,3}[？?]?"
     r"|(?:무엇|뭐|어디|언제|누가|왜|어떻게).{0,7}[？?]?"
-    r"|.{0,7}(?:에 대해|에 관해)\s?(?:알려주|설명해)[세요주십시오]?)\s*[？?！!]?$", _S)
+    r"|.{0,7}(?:에 대해|에 관해)\s?(?:알려주|설명해)[세요주십시오]?)\s*[？?！!]?$",
+    _S,
+)
 _CJK_RULES = (_ZH_GREETING, _ZH_SIMPLE, _JA_GREETING, _JA_SIMPLE, _KO_GREETING, _KO_SIMPLE)
 _LATIN_RULES = (_EN_GREETING, _EN_SIMPLE)
 
@@ -137,9 +158,12 @@ class HardFilter(Filter):
         max_rounds: int | None = None,
         agent_max_rounds: int | None = None,
     ) -> None:
-        for name, value in (("min_user_chars", min_user_chars), ("min_user_chars_cjk", min_user_chars_cjk),
-                            ("min_assistant_chars_2turn", min_assistant_chars_2turn),
-                            ("min_thinking_chars", min_thinking_chars)):
+        for name, value in (
+            ("min_user_chars", min_user_chars),
+            ("min_user_chars_cjk", min_user_chars_cjk),
+            ("min_assistant_chars_2turn", min_assistant_chars_2turn),
+            ("min_thinking_chars", min_thinking_chars),
+        ):
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a non-negative int, got {value!r}")
         if isinstance(system_deny_keywords, str):
@@ -187,7 +211,9 @@ class HardFilter(Filter):
                 calls = normalize_tool_calls(msg)
                 agent = agent or calls is not None
                 reasoning, structured = _reasoning(msg)
-                thinking = max(self.min_thinking_chars, 1) if structured else reasoning + len(inline)
+                thinking = (
+                    max(self.min_thinking_chars, 1) if structured else reasoning + len(inline)
+                )
                 assistants.append((reply, thinking, calls is not None))
                 size = len(text) + reasoning
                 if calls is not None and self._sizes_needed:
@@ -210,10 +236,20 @@ class HardFilter(Filter):
                 return TRIVIAL_SINGLE_TURN
         if len(users) == 1 and len(assistants) == 1:
             reply, thinking, has_calls = first
-            if len(reply) < self.min_assistant_chars_2turn and thinking < self.min_thinking_chars and not has_calls:
+            if (
+                len(reply) < self.min_assistant_chars_2turn
+                and thinking < self.min_thinking_chars
+                and not has_calls
+            ):
                 return SHALLOW_REPLY
-        if assistants and not any(r.strip() or t or c for r, t, c in assistants) and not any(
-            message_has_media(m) for m in row["messages"] if isinstance(m, dict) and m.get("role") == "assistant"
+        if (
+            assistants
+            and not any(r.strip() or t or c for r, t, c in assistants)
+            and not any(
+                message_has_media(m)
+                for m in row["messages"]
+                if isinstance(m, dict) and m.get("role") == "assistant"
+            )
         ):
             return ALL_EMPTY_ASSISTANT
         if self._deny_re is not None and system_text and self._deny_re.search(system_text):
@@ -235,4 +271,3 @@ class HardFilter(Filter):
         if cap and min(len(users), len(assistants)) > cap:
             return TOO_MANY_ROUNDS
         return None
-

@@ -715,10 +715,10 @@ class PIIPresidioFilter(Mapper):
             raise ValueError(f"score_threshold must be within [0, 1], got {score_threshold!r}")
         self.score_threshold = score_threshold
         self.default_strategy = Strategy.coerce(default_strategy)
-        self.strategies: dict[str, Strategy] = {
-            e: self.default_strategy for e in IDENTIFIER_ENTITIES
-        }
-        self.strategies.update({e: Strategy.REPLACE for e in ("EMAIL_ADDRESS", *NAME_ENTITIES)})
+        self.strategies: dict[str, Strategy] = dict.fromkeys(
+            IDENTIFIER_ENTITIES, self.default_strategy
+        )
+        self.strategies.update(dict.fromkeys(("EMAIL_ADDRESS", *NAME_ENTITIES), Strategy.REPLACE))
         for entity, strategy in (entity_strategy or {}).items():
             self.strategies[entity.upper()] = Strategy.coerce(strategy)
         self.roles = frozenset(roles)

@@ -35,32 +35,57 @@ _BAD_CHARS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd\ue000-\uf8ff\U000
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _PRIVATE = re.compile("[\ue000-\uf8ff\U000f0000-\U0010ffff]")
 _SPECIAL = re.compile(
-    r"<\|[^|>\n]{1,40}\|>|</s>|\[/?(?:PAD|UNK|SEP|CLS|MASK)\]|</?(?i:unk|pad)>|<0x[0-9A-Fa-f]{2}>")
+    r"<\|[^|>\n]{1,40}\|>|</s>|\[/?(?:PAD|UNK|SEP|CLS|MASK)\]|</?(?i:unk|pad)>|<0x[0-9A-Fa-f]{2}>"
+)
 # Letters of any script other than Latin, CJK/kana and Hangul (or anything not in the
 # common punctuation and symbol blocks): only a text holding one of these, or both Hangul
 # and CJK, can have three scripts and so any chaos at all.
 _RARE_SCRIPT = re.compile(
     "[^\x00-\u024f\u1e00-\u1eff\u2000-\u2bff\u3000-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
-    "\uac00-\ud7a3\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef\U0001f000-\U0001faff]")
+    "\uac00-\ud7a3\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef\U0001f000-\U0001faff]"
+)
 _HANGUL_CHAR = re.compile("[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]")
 _CJK_CHAR = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 # Characters whose long runs are ordinary: separators, rules, digits, ...
-_RUN_OK = frozenset(" \t\n\r\x0b\x0c-=_.*+~#|><0123456789\u2013\u2014\u2015\u30fc\uff0d\u3000\u00a0")
+_RUN_OK = frozenset(
+    " \t\n\r\x0b\x0c-=_.*+~#|><0123456789\u2013\u2014\u2015\u30fc\uff0d\u3000\u00a0"
+)
 
-_BUCKETS = ("", "latin", "greek", "cyrillic", "hebrew", "arabic", "devanagari", "thai",
-            "hiragana", "katakana", "cjk", "hangul", "private", "other")
+_BUCKETS = (
+    "",
+    "latin",
+    "greek",
+    "cyrillic",
+    "hebrew",
+    "arabic",
+    "devanagari",
+    "thai",
+    "hiragana",
+    "katakana",
+    "cjk",
+    "hangul",
+    "private",
+    "other",
+)
 
 
 def _script_of(cp: int) -> str:
     """Script bucket of a code point (``latin`` includes ASCII digits; see the module doc)."""
     if cp <= 0x024F:
         return "latin"
-    for lo, hi, name in ((0x0370, 0x03FF, "greek"), (0x0400, 0x04FF, "cyrillic"),
-                         (0x0590, 0x05FF, "hebrew"), (0x0600, 0x06FF, "arabic"),
-                         (0x0900, 0x097F, "devanagari"), (0x0E00, 0x0E7F, "thai"),
-                         (0x3040, 0x309F, "hiragana"), (0x30A0, 0x30FF, "katakana"),
-                         (0x4E00, 0x9FFF, "cjk"), (0xAC00, 0xD7A3, "hangul"),
-                         (0xE000, 0xF8FF, "private")):
+    for lo, hi, name in (
+        (0x0370, 0x03FF, "greek"),
+        (0x0400, 0x04FF, "cyrillic"),
+        (0x0590, 0x05FF, "hebrew"),
+        (0x0600, 0x06FF, "arabic"),
+        (0x0900, 0x097F, "devanagari"),
+        (0x0E00, 0x0E7F, "thai"),
+        (0x3040, 0x309F, "hiragana"),
+        (0x30A0, 0x30FF, "katakana"),
+        (0x4E00, 0x9FFF, "cjk"),
+        (0xAC00, 0xD7A3, "hangul"),
+        (0xE000, 0xF8FF, "private"),
+    ):
         if lo <= cp <= hi:
             return name
     return "other"
@@ -71,11 +96,23 @@ _LATIN, _GREEK, _CJK, _HANGUL = 1, 2, 10, 11
 _CHAOS_SPAN = 16  # windows of four runs over which chaos is averaged
 _CHAOS_MERGE = {"hiragana": _CJK, "katakana": _CJK}
 _EXTRA_RANGES = (  # blocks the reference table calls "other" that belong to a common script
-    (0x0250, 0x02AF, _LATIN), (0x1E00, 0x1EFF, _LATIN), (0x1F00, 0x1FFF, _GREEK),
-    (0xFF10, 0xFF19, _LATIN), (0xFF21, 0xFF3A, _LATIN), (0xFF41, 0xFF5A, _LATIN),
-    (0x0500, 0x052F, 3), (0x0750, 0x077F, 5), (0xFB50, 0xFDFF, 5), (0xFE70, 0xFEFF, 5),
-    (0x3005, 0x3007, _CJK), (0x31F0, 0x31FF, _CJK), (0x3400, 0x4DBF, _CJK), (0xF900, 0xFAFF, _CJK),
-    (0xFF66, 0xFF9F, _CJK), (0x1100, 0x11FF, _HANGUL), (0x3130, 0x318F, _HANGUL),
+    (0x0250, 0x02AF, _LATIN),
+    (0x1E00, 0x1EFF, _LATIN),
+    (0x1F00, 0x1FFF, _GREEK),
+    (0xFF10, 0xFF19, _LATIN),
+    (0xFF21, 0xFF3A, _LATIN),
+    (0xFF41, 0xFF5A, _LATIN),
+    (0x0500, 0x052F, 3),
+    (0x0750, 0x077F, 5),
+    (0xFB50, 0xFDFF, 5),
+    (0xFE70, 0xFEFF, 5),
+    (0x3005, 0x3007, _CJK),
+    (0x31F0, 0x31FF, _CJK),
+    (0x3400, 0x4DBF, _CJK),
+    (0xF900, 0xFAFF, _CJK),
+    (0xFF66, 0xFF9F, _CJK),
+    (0x1100, 0x11FF, _HANGUL),
+    (0x3130, 0x318F, _HANGUL),
 )
 
 
@@ -90,8 +127,8 @@ def _chaos_table() -> Any:
             name = _script_of(cp)
             table[cp] = _CHAOS_MERGE.get(name, _BUCKETS.index(name))
     for lo, hi, bucket in _EXTRA_RANGES:
-        letters = table[lo:hi + 1] != 0
-        table[lo:hi + 1][letters] = bucket
+        letters = table[lo : hi + 1] != 0
+        table[lo : hi + 1][letters] = bucket
     return table
 
 
@@ -116,10 +153,15 @@ def _long_run(text: str, min_run: int = 20) -> bool:
     step = max(min_run // 2, 1)
     for m in _PAIR.finditer(text[::step]):
         ch = m.group(1)
-        if ch in _RUN_OK or not ch.isprintable() or "\u2500" <= ch <= "\u25ff" or "\u2800" <= ch <= "\u28ff":
+        if (
+            ch in _RUN_OK
+            or not ch.isprintable()
+            or "\u2500" <= ch <= "\u25ff"
+            or "\u2800" <= ch <= "\u28ff"
+        ):
             continue  # box drawing, geometric shapes and braille draw tables and charts
         at = m.start() * step
-        if ch * min_run in text[max(at - min_run, 0): at + step + min_run]:
+        if ch * min_run in text[max(at - min_run, 0) : at + step + min_run]:
             return True
     return False
 
@@ -131,9 +173,11 @@ def _chaos_of_codepoints(cps: Any, min_chars: int) -> float:
         return 0.0
     table = _chaos_table()
     if cps.max() > 0xFFFF:
-        buckets = np.where(cps > 0xFFFF,
-                           np.where((cps >= 0x20000) & (cps <= 0x3FFFF), _CJK, 0).astype(np.uint8),
-                           table[cps & 0xFFFF])
+        buckets = np.where(
+            cps > 0xFFFF,
+            np.where((cps >= 0x20000) & (cps <= 0x3FFFF), _CJK, 0).astype(np.uint8),
+            table[cps & 0xFFFF],
+        )
     else:
         buckets = table[cps]
     buckets = buckets[buckets != 0]
@@ -186,8 +230,13 @@ def _script_chaos(text: str, min_chars: int = 40) -> float:
     return _chaos_of_codepoints(_codepoints(text), min_chars)
 
 
-def _char_ratios_soup(text: str, replacement_char_ratio: float, control_char_ratio: float,
-                      private_use_ratio: float, special_token_count: int) -> bool:
+def _char_ratios_soup(
+    text: str,
+    replacement_char_ratio: float,
+    control_char_ratio: float,
+    private_use_ratio: float,
+    special_token_count: int,
+) -> bool:
     n = max(len(text), 1)
     if _BAD_CHARS.search(text):
         if text.count("\ufffd") / n > replacement_char_ratio:
@@ -222,12 +271,16 @@ def _is_token_soup(
         return False
     if max_chars and len(text) > max_chars:
         text = text[:max_chars]
-    if _char_ratios_soup(text, replacement_char_ratio, control_char_ratio, private_use_ratio,
-                         special_token_count):
+    if _char_ratios_soup(
+        text, replacement_char_ratio, control_char_ratio, private_use_ratio, special_token_count
+    ):
         return True
     if _long_run(text):
         return True
-    return _may_be_chaotic(text) and _chaos_of_codepoints(_codepoints(text), script_chaos_min_chars) > script_chaos_threshold
+    return (
+        _may_be_chaotic(text)
+        and _chaos_of_codepoints(_codepoints(text), script_chaos_min_chars) > script_chaos_threshold
+    )
 
 
 class TokenSoupFilter(Filter):
@@ -264,14 +317,19 @@ class TokenSoupFilter(Filter):
         script_chaos_min_chars: int = 40,
         max_chars: int = 0,
     ) -> None:
-        for name, value in (("replacement_char_ratio", replacement_char_ratio),
-                            ("control_char_ratio", control_char_ratio),
-                            ("private_use_ratio", private_use_ratio),
-                            ("script_chaos_threshold", script_chaos_threshold)):
+        for name, value in (
+            ("replacement_char_ratio", replacement_char_ratio),
+            ("control_char_ratio", control_char_ratio),
+            ("private_use_ratio", private_use_ratio),
+            ("script_chaos_threshold", script_chaos_threshold),
+        ):
             if not isinstance(value, (int, float)) or value < 0:
                 raise ValueError(f"{name} must be a non-negative number, got {value!r}")
-        for name, value in (("special_token_count", special_token_count),
-                            ("script_chaos_min_chars", script_chaos_min_chars), ("max_chars", max_chars)):
+        for name, value in (
+            ("special_token_count", special_token_count),
+            ("script_chaos_min_chars", script_chaos_min_chars),
+            ("max_chars", max_chars),
+        ):
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a non-negative int, got {value!r}")
         self.replacement_char_ratio = replacement_char_ratio
@@ -295,8 +353,13 @@ class TokenSoupFilter(Filter):
                     continue
                 if self.max_chars and len(text) > self.max_chars:
                     text = text[: self.max_chars]
-                if _char_ratios_soup(text, self.replacement_char_ratio, self.control_char_ratio,
-                                     self.private_use_ratio, self.special_token_count):
+                if _char_ratios_soup(
+                    text,
+                    self.replacement_char_ratio,
+                    self.control_char_ratio,
+                    self.private_use_ratio,
+                    self.special_token_count,
+                ):
                     return TOKEN_SOUP
                 pieces.append(text)
         if not pieces:
@@ -308,6 +371,9 @@ class TokenSoupFilter(Filter):
             return TOKEN_SOUP
         for piece in pieces:
             if len(piece) >= self.script_chaos_min_chars and _may_be_chaotic(piece):
-                if _chaos_of_codepoints(_codepoints(piece), self.script_chaos_min_chars) > self.script_chaos_threshold:
+                if (
+                    _chaos_of_codepoints(_codepoints(piece), self.script_chaos_min_chars)
+                    > self.script_chaos_threshold
+                ):
                     return TOKEN_SOUP
         return None

@@ -336,8 +336,14 @@ class OpenAIServer:
     def start(self) -> Self:
         from twinkle.utils.serving import ThreadedServer
 
-        self._server = ThreadedServer(self.app(), self.host, self.port, name="openai-test-server",
-                                      lifespan="off", timeout_graceful_shutdown=1).start()
+        self._server = ThreadedServer(
+            self.app(),
+            self.host,
+            self.port,
+            name="openai-test-server",
+            lifespan="off",
+            timeout_graceful_shutdown=1,
+        ).start()
         self.port = self._server.port
         return self
 

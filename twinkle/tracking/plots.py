@@ -32,7 +32,9 @@ def reward_histogram(values: Mapping[str, Sequence[float]], path: str, bins: int
     for ax, name in zip(axes, names):
         data = list(values.get(name, []))
         if data:
-            ax.hist(data, bins=bins, range=(min(0.0, min(data)), max(1.0, max(data))), color="#4c72b0")
+            ax.hist(
+                data, bins=bins, range=(min(0.0, min(data)), max(1.0, max(data))), color="#4c72b0"
+            )
         ax.set_title(name)
         ax.set_xlabel("reward")
         ax.set_ylabel("trajectories")

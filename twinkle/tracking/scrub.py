@@ -35,10 +35,13 @@ _SECRET_VALUE_RES = (
     # OpenAI/Anthropic/E2B-style keys anywhere in text
     (re.compile(r"\b(sk|rk|pk|sk-ant|e2b)[-_][A-Za-z0-9_-]{6,}"), REDACTED),
     # key=value / "key": "value" / KEY: value where the key names a secret
-    (re.compile(
-        r"(?i)\b([A-Za-z0-9_.-]*(?:api[_-]?key|token|secret|passw(?:or)?d)[A-Za-z0-9_.-]*)"
-        r"(\"?\s*[:=]\s*\"?)(?!\[REDACTED\])([^\s\"',;&]{3,})"
-    ), r"\1\2" + REDACTED),
+    (
+        re.compile(
+            r"(?i)\b([A-Za-z0-9_.-]*(?:api[_-]?key|token|secret|passw(?:or)?d)[A-Za-z0-9_.-]*)"
+            r"(\"?\s*[:=]\s*\"?)(?!\[REDACTED\])([^\s\"',;&]{3,})"
+        ),
+        r"\1\2" + REDACTED,
+    ),
 )
 
 
@@ -82,4 +85,6 @@ def scrub_secrets(value: Any, _depth: int = 0) -> Any:
 
 def _is_count(name: str, value: Any) -> bool:
     # "max_tokens": 512 or "prompt_tokens": 30 are usage figures, keep them visible.
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and "token" in name.lower()
+    return (
+        isinstance(value, (int, float)) and not isinstance(value, bool) and "token" in name.lower()
+    )

@@ -58,6 +58,8 @@ _KNOWN_KEYS: dict[tuple[str, str, str], set[str]] = {}
 def _store_lock(uri: str) -> threading.Lock:
     with _LOCKS_GUARD:
         return _STORE_LOCKS.setdefault(uri, threading.Lock())
+
+
 _FAILED_STOPS = {"api_error", "error", "abort", "sandbox_error", "env_error"}
 
 
@@ -141,10 +143,14 @@ def build_spans(
     """The span tree of one trajectory: root AGENT span first, then LLM and TOOL children."""
     messages = [m for m in (traj.get("messages") or []) if isinstance(m, dict)]
     budget = [max_trace_chars]
-    first_reply = next((i for i, m in enumerate(messages) if m.get("role") == "assistant"), len(messages))
+    first_reply = next(
+        (i for i, m in enumerate(messages) if m.get("role") == "assistant"), len(messages)
+    )
     prompt = messages[:first_reply]
     # Position of each assistant message (by turn) and each tool result (by call id).
-    replies = [i for i in range(first_reply, len(messages)) if messages[i].get("role") == "assistant"]
+    replies = [
+        i for i in range(first_reply, len(messages)) if messages[i].get("role") == "assistant"
+    ]
     tool_results = {m.get("tool_call_id"): m for m in messages if m.get("role") == "tool"}
     log = [e for e in (traj.get("turn_log") or []) if isinstance(e, dict)]
     if not log:
@@ -163,34 +169,66 @@ def build_spans(
         if entry.get("type") == "llm":
             pos = replies[turn - 1] if 0 < turn <= len(replies) else None
             msg = messages[pos] if pos is not None else None
-            usage = {"input_tokens": entry.get("prompt_tokens"), "output_tokens": entry.get("completion_tokens")}
-            attrs = {"turn": turn, "finish_reason": entry.get("finish_reason"), "attempts": entry.get("attempts")}
+            usage = {
+                "input_tokens": entry.get("prompt_tokens"),
+                "output_tokens": entry.get("completion_tokens"),
+            }
+            attrs = {
+                "turn": turn,
+                "finish_reason": entry.get("finish_reason"),
+                "attempts": entry.get("attempts"),
+            }
             if any(isinstance(v, int) for v in usage.values()):
                 usage = {k: int(v or 0) for k, v in usage.items()}
                 attrs["mlflow.chat.tokenUsage"] = {**usage, "total_tokens": sum(usage.values())}
             outputs = None
             if msg is not None and not entry.get("error"):
-                outputs = {"content": message_text(msg), "tool_calls": normalize_tool_calls(msg),
-                           "reasoning_content": msg.get("reasoning_content")}
+                outputs = {
+                    "content": message_text(msg),
+                    "tool_calls": normalize_tool_calls(msg),
+                    "reasoning_content": msg.get("reasoning_content"),
+                }
             before = messages[(pos if pos is not None else len(messages)) - 1] if messages else None
-            children.append(SpanRecord(
-                name=f"llm_call_{turn}", span_type="LLM", parent=0, start_ns=start, end_ns=end,
-                inputs=_clip({"last_message": before, "history_len": pos if pos is not None else len(messages)},
-                             max_payload_chars, budget),
-                outputs=_clip(outputs, max_payload_chars, budget),
-                attributes={k: v for k, v in attrs.items() if v is not None},
-                error=entry.get("error") or None,
-            ))
+            children.append(
+                SpanRecord(
+                    name=f"llm_call_{turn}",
+                    span_type="LLM",
+                    parent=0,
+                    start_ns=start,
+                    end_ns=end,
+                    inputs=_clip(
+                        {
+                            "last_message": before,
+                            "history_len": pos if pos is not None else len(messages),
+                        },
+                        max_payload_chars,
+                        budget,
+                    ),
+                    outputs=_clip(outputs, max_payload_chars, budget),
+                    attributes={k: v for k, v in attrs.items() if v is not None},
+                    error=entry.get("error") or None,
+                )
+            )
         elif entry.get("type") == "tool":
             result = tool_results.get(entry.get("tool_call_id"))
             out = message_text(result) if result else None
-            children.append(SpanRecord(
-                name=f"tool:{entry.get('name') or '?'}", span_type="TOOL", parent=0, start_ns=start, end_ns=end,
-                inputs=_clip({"arguments": entry.get("arguments")}, max_payload_chars, budget),
-                outputs=_clip(out, max_payload_chars, budget),
-                attributes={"turn": turn, "tool_call_id": entry.get("tool_call_id"), "tool": entry.get("name")},
-                error=(out or "tool failed") if entry.get("error") else None,
-            ))
+            children.append(
+                SpanRecord(
+                    name=f"tool:{entry.get('name') or '?'}",
+                    span_type="TOOL",
+                    parent=0,
+                    start_ns=start,
+                    end_ns=end,
+                    inputs=_clip({"arguments": entry.get("arguments")}, max_payload_chars, budget),
+                    outputs=_clip(out, max_payload_chars, budget),
+                    attributes={
+                        "turn": turn,
+                        "tool_call_id": entry.get("tool_call_id"),
+                        "tool": entry.get("name"),
+                    },
+                    error=(out or "tool failed") if entry.get("error") else None,
+                )
+            )
 
     dropped = max(0, len(children) - (max_spans - 1))
     children = children[: max(0, max_spans - 1)]
@@ -204,16 +242,31 @@ def build_spans(
     start_ns = min((s.start_ns for s in children), default=now)
     end_ns = max((s.end_ns for s in children), default=now)
     root_attrs = {
-        "stop_reason": traj.get("stop_reason"), "turns": traj.get("turns"),
-        "truncated": traj.get("truncated"), "spans_dropped": dropped,
+        "stop_reason": traj.get("stop_reason"),
+        "turns": traj.get("turns"),
+        "truncated": traj.get("truncated"),
+        "spans_dropped": dropped,
         "timings": "missing" if synthetic else "recorded",
     }
     root = SpanRecord(
-        name="trajectory", span_type="AGENT", parent=None, start_ns=start_ns, end_ns=end_ns,
-        inputs=_clip({"messages": prompt, "tools": [_tool_name(t) for t in traj.get("tools") or []]},
-                     max_payload_chars, budget),
-        outputs=_clip({"final": message_text(messages[-1]) if messages else None,
-                       "stop_reason": traj.get("stop_reason")}, max_payload_chars, budget),
+        name="trajectory",
+        span_type="AGENT",
+        parent=None,
+        start_ns=start_ns,
+        end_ns=end_ns,
+        inputs=_clip(
+            {"messages": prompt, "tools": [_tool_name(t) for t in traj.get("tools") or []]},
+            max_payload_chars,
+            budget,
+        ),
+        outputs=_clip(
+            {
+                "final": message_text(messages[-1]) if messages else None,
+                "stop_reason": traj.get("stop_reason"),
+            },
+            max_payload_chars,
+            budget,
+        ),
         attributes={k: v for k, v in root_attrs.items() if v is not None},
         error=str(traj.get("error") or traj.get("stop_reason")) if is_failed(traj) else None,
     )
@@ -224,11 +277,20 @@ def _log_from_messages(messages: list[dict[str, Any]], replies: list[int]) -> li
     """A ``turn_log`` without times, for trajectories that carry none (recorded data)."""
     log: list[dict[str, Any]] = []
     for turn, pos in enumerate(replies, start=1):
-        log.append({"type": "llm", "turn": turn, "finish_reason": messages[pos].get("finish_reason")})
+        log.append(
+            {"type": "llm", "turn": turn, "finish_reason": messages[pos].get("finish_reason")}
+        )
         for call in normalize_tool_calls(messages[pos]) or []:
             fn = call.get("function") if isinstance(call.get("function"), dict) else {}
-            log.append({"type": "tool", "turn": turn, "name": fn.get("name"),
-                        "arguments": fn.get("arguments"), "tool_call_id": call.get("id")})
+            log.append(
+                {
+                    "type": "tool",
+                    "turn": turn,
+                    "name": fn.get("name"),
+                    "arguments": fn.get("arguments"),
+                    "tool_call_id": call.get("id"),
+                }
+            )
     return log
 
 
@@ -308,7 +370,9 @@ class TraceWriter:
             page = client.search_traces(
                 locations=[self.experiment_id],
                 filter_string=f"tag.`twinkle.session` = '{_quote(self.session)}'",
-                include_spans=False, max_results=500, page_token=page_token,
+                include_spans=False,
+                max_results=500,
+                page_token=page_token,
             )
             found.update(t.info.tags.get("twinkle.trace_key", "") for t in page)
             page_token = getattr(page, "token", None)
@@ -349,8 +413,12 @@ class TraceWriter:
             if key in existing:
                 report.skipped_existing += 1
                 continue
-            spans = build_spans(traj, max_spans=self.max_spans, max_payload_chars=self.max_payload_chars,
-                                max_trace_chars=self.max_trace_chars)
+            spans = build_spans(
+                traj,
+                max_spans=self.max_spans,
+                max_payload_chars=self.max_payload_chars,
+                max_trace_chars=self.max_trace_chars,
+            )
             reward = dict(rewards[i] or {}) if rewards is not None and i < len(rewards) else {}
             pending.append(self._entities(trace_id, key, traj, spans, reward))
             report.spans += len(spans)
@@ -363,7 +431,9 @@ class TraceWriter:
         return report
 
     # -- MLflow entities ---------------------------------------------------------------
-    def _tags(self, key: str, row_id: str, traj: Mapping[str, Any], reward: Mapping[str, Any]) -> dict[str, str]:
+    def _tags(
+        self, key: str, row_id: str, traj: Mapping[str, Any], reward: Mapping[str, Any]
+    ) -> dict[str, str]:
         tags = {
             "mlflow.traceName": "trajectory",
             "mlflow.trace.spansLocation": "TRACKING_STORE",
@@ -381,14 +451,22 @@ class TraceWriter:
             tags[f"reward.{name}"] = "null" if value is None else str(value)
         return tags
 
-    def _entities(self, trace_id: str, key: str, traj: Mapping[str, Any],
-                  records: list[SpanRecord], reward: Mapping[str, Any]) -> tuple[Any, list[Any]]:
+    def _entities(
+        self,
+        trace_id: str,
+        key: str,
+        traj: Mapping[str, Any],
+        records: list[SpanRecord],
+        reward: Mapping[str, Any],
+    ) -> tuple[Any, list[Any]]:
         from mlflow.entities import AssessmentError, AssessmentSource, Feedback, Span, TraceInfo
         from mlflow.entities.trace_location import TraceLocation
         from mlflow.entities.trace_state import TraceState
 
         otel_trace = bytes.fromhex(trace_id[3:])
-        span_ids = [hashlib.md5(f"{trace_id}/{i}".encode()).digest()[:8] for i in range(len(records))]
+        span_ids = [
+            hashlib.md5(f"{trace_id}/{i}".encode()).digest()[:8] for i in range(len(records))
+        ]
         spans = []
         for i, rec in enumerate(records):
             attrs = {
@@ -399,27 +477,49 @@ class TraceWriter:
             }
             for k, v in rec.attributes.items():
                 attrs[k] = json.dumps(scrub_secrets(v), default=str)
-            spans.append(Span.from_dict({
-                "trace_id": _b64(otel_trace), "span_id": _b64(span_ids[i]),
-                "parent_span_id": _b64(span_ids[rec.parent]) if rec.parent is not None else None,
-                "name": rec.name, "start_time_unix_nano": rec.start_ns, "end_time_unix_nano": rec.end_ns,
-                "events": [],
-                "status": {"code": "STATUS_CODE_ERROR" if rec.error else "STATUS_CODE_OK",
-                           "message": (rec.error or "")[:500]},
-                "attributes": attrs,
-            }))
+            spans.append(
+                Span.from_dict(
+                    {
+                        "trace_id": _b64(otel_trace),
+                        "span_id": _b64(span_ids[i]),
+                        "parent_span_id": _b64(span_ids[rec.parent])
+                        if rec.parent is not None
+                        else None,
+                        "name": rec.name,
+                        "start_time_unix_nano": rec.start_ns,
+                        "end_time_unix_nano": rec.end_ns,
+                        "events": [],
+                        "status": {
+                            "code": "STATUS_CODE_ERROR" if rec.error else "STATUS_CODE_OK",
+                            "message": (rec.error or "")[:500],
+                        },
+                        "attributes": attrs,
+                    }
+                )
+            )
         root = records[0]
         source = AssessmentSource(source_type="CODE", source_id="twinkle")
         assessments = []
         for name, value in reward.items():
             if isinstance(value, bool) or isinstance(value, (int, float)):
-                assessments.append(Feedback(name=name, value=float(value), source=source, trace_id=trace_id))
+                assessments.append(
+                    Feedback(name=name, value=float(value), source=source, trace_id=trace_id)
+                )
             elif value is None:
-                assessments.append(Feedback(name=name, source=source, trace_id=trace_id,
-                                            error=AssessmentError(error_code="REWARD_UNAVAILABLE",
-                                                                  error_message="reward not computed")))
+                assessments.append(
+                    Feedback(
+                        name=name,
+                        source=source,
+                        trace_id=trace_id,
+                        error=AssessmentError(
+                            error_code="REWARD_UNAVAILABLE", error_message="reward not computed"
+                        ),
+                    )
+                )
             else:
-                assessments.append(Feedback(name=name, value=str(value), source=source, trace_id=trace_id))
+                assessments.append(
+                    Feedback(name=name, value=str(value), source=source, trace_id=trace_id)
+                )
         metadata = {"mlflow.trace.session": self.session, "mlflow.trace_schema.version": "3"}
         if self.run_id:
             metadata["mlflow.sourceRun"] = self.run_id
@@ -465,11 +565,17 @@ class TraceWriter:
         for span in spans:
             parent = by_id.get(span.parent_id)
             live = mlflow.start_span_no_context(
-                span.name, span_type=span.span_type, parent_span=parent, inputs=span.inputs,
-                attributes={k: v for k, v in span.attributes.items() if not k.startswith("mlflow.")},
+                span.name,
+                span_type=span.span_type,
+                parent_span=parent,
+                inputs=span.inputs,
+                attributes={
+                    k: v for k, v in span.attributes.items() if not k.startswith("mlflow.")
+                },
                 tags=info.tags if parent is None else None,
                 metadata=info.trace_metadata if parent is None else None,
-                experiment_id=self.experiment_id, start_time_ns=span.start_time_ns,
+                experiment_id=self.experiment_id,
+                start_time_ns=span.start_time_ns,
             )
             by_id[span.span_id] = live
         for span in reversed(spans):
@@ -477,8 +583,9 @@ class TraceWriter:
         trace_id = by_id[spans[0].span_id].trace_id
         mlflow.flush_trace_async_logging()
         for a in info.assessments:
-            mlflow.log_feedback(trace_id=trace_id, name=a.name, value=a.value, source=a.source,
-                                error=a.error)
+            mlflow.log_feedback(
+                trace_id=trace_id, name=a.name, value=a.value, source=a.source, error=a.error
+            )
 
 
 def _row_id(traj: Mapping[str, Any], key: str) -> str:
@@ -505,9 +612,15 @@ def summarize_rewards(rewards: Iterable[Mapping[str, Any] | None]) -> dict[str, 
     return out
 
 
-def write_trace_batch(tracking_uri: str, experiment_id: str, session: str, trajectories: Sequence[Mapping[str, Any]],
-                      rewards: Sequence[Mapping[str, Any] | None] | None = None, keys: Sequence[str] | None = None,
-                      **writer_kwargs: Any) -> dict[str, Any]:
+def write_trace_batch(
+    tracking_uri: str,
+    experiment_id: str,
+    session: str,
+    trajectories: Sequence[Mapping[str, Any]],
+    rewards: Sequence[Mapping[str, Any] | None] | None = None,
+    keys: Sequence[str] | None = None,
+    **writer_kwargs: Any,
+) -> dict[str, Any]:
     """``TraceWriter(...).write(...)`` as one picklable call returning a plain dict.
 
     What ``twinkle.tracking.writer.TraceWriterProcess`` runs in its helper process, so that
@@ -525,8 +638,13 @@ def write_trace_batch(tracking_uri: str, experiment_id: str, session: str, traje
         with _LOCKS_GUARD:
             known = _KNOWN_KEYS.setdefault(ident, known)
     report = writer.write(trajectories, rewards, keys=keys, existing=known)
-    return {"written": report.written, "existing": report.skipped_existing, "unsampled": report.unsampled,
-            "spans": report.spans, "seconds": report.seconds}
+    return {
+        "written": report.written,
+        "existing": report.skipped_existing,
+        "unsampled": report.unsampled,
+        "spans": report.spans,
+        "seconds": report.seconds,
+    }
 
 
 def warm_up() -> bool:

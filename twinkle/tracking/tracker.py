@@ -78,8 +78,9 @@ class MLflowTracker:
         >>> t.end_run(run)                                                                          # doctest: +SKIP
     """
 
-    def __init__(self, tracking_uri: str, experiment: str = "twinkle",
-                 artifact_location: str | None = None) -> None:
+    def __init__(
+        self, tracking_uri: str, experiment: str = "twinkle", artifact_location: str | None = None
+    ) -> None:
         if not tracking_uri:
             raise ValueError("tracking_uri is required (e.g. sqlite:////abs/path/mlflow.db)")
         self.tracking_uri = tracking_uri
@@ -106,7 +107,9 @@ class MLflowTracker:
                     location = os.path.abspath(location)
                     os.makedirs(location, exist_ok=True)
                 try:
-                    self._experiment_id = client.create_experiment(self.experiment, artifact_location=location)
+                    self._experiment_id = client.create_experiment(
+                        self.experiment, artifact_location=location
+                    )
                 except Exception:
                     # Another process created it between our lookup and create.
                     exp = client.get_experiment_by_name(self.experiment)
@@ -124,32 +127,47 @@ class MLflowTracker:
         )
         return runs[0].info.run_id if runs else None
 
-    def start_run(self, run_key: str, *, name: str | None = None, params: Mapping[str, Any] | None = None,
-                  tags: Mapping[str, str] | None = None) -> str:
+    def start_run(
+        self,
+        run_key: str,
+        *,
+        name: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> str:
         """The run of flow run ``run_key``: found by tag, else created; set RUNNING."""
         # The key tag is twinkle's own identity, not a secret: only user tags are scrubbed.
         tags = {**scrub_secrets(dict(tags or {})), "twinkle.run_key": run_key}
         run_id = self._find("twinkle.run_key", run_key)
         client = self.client
         if run_id is None:
-            run_id = client.create_run(self.experiment_id, run_name=name or run_key, tags=tags).info.run_id
+            run_id = client.create_run(
+                self.experiment_id, run_name=name or run_key, tags=tags
+            ).info.run_id
         else:
             client.update_run(run_id, status="RUNNING")
         if params:
             self.log_params(run_id, params)
         return run_id
 
-    def start_stage(self, parent_run_id: str, run_key: str, stage: str,
-                    params: Mapping[str, Any] | None = None) -> str:
+    def start_stage(
+        self, parent_run_id: str, run_key: str, stage: str, params: Mapping[str, Any] | None = None
+    ) -> str:
         """The nested run of ``stage`` under ``parent_run_id`` (found by tag, else created)."""
         key = f"{run_key}/{stage}"
         run_id = self._find("twinkle.stage_key", key)
         client = self.client
         if run_id is None:
-            run_id = client.create_run(self.experiment_id, run_name=stage, tags={
-                "mlflow.parentRunId": parent_run_id, "twinkle.stage_key": key,
-                "twinkle.stage": stage, "twinkle.run_key": f"{run_key}#stage",
-            }).info.run_id
+            run_id = client.create_run(
+                self.experiment_id,
+                run_name=stage,
+                tags={
+                    "mlflow.parentRunId": parent_run_id,
+                    "twinkle.stage_key": key,
+                    "twinkle.stage": stage,
+                    "twinkle.run_key": f"{run_key}#stage",
+                },
+            ).info.run_id
         else:
             client.update_run(run_id, status="RUNNING")
         if params:
@@ -163,7 +181,9 @@ class MLflowTracker:
     def set_tags(self, run_id: str, tags: Mapping[str, Any]) -> None:
         from mlflow.entities import RunTag
 
-        self.client.log_batch(run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in scrub_secrets(dict(tags)).items()])
+        self.client.log_batch(
+            run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in scrub_secrets(dict(tags)).items()]
+        )
 
     # -- params and metrics --------------------------------------------------------------
     def log_params(self, run_id: str, params: Mapping[str, Any]) -> None:
@@ -182,7 +202,7 @@ class MLflowTracker:
                 k = f"{k}.retry"
             batch.append(Param(k, text))
         for i in range(0, len(batch), 100):
-            self.client.log_batch(run_id, params=batch[i:i + 100])
+            self.client.log_batch(run_id, params=batch[i : i + 100])
 
     def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int = 0) -> None:
         """Numeric metrics at ``step``, timestamped at the run's start so retries dedupe."""
@@ -197,7 +217,7 @@ class MLflowTracker:
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
         ]
         for i in range(0, len(batch), 1000):
-            self.client.log_batch(run_id, metrics=batch[i:i + 1000])
+            self.client.log_batch(run_id, metrics=batch[i : i + 1000])
 
     def log_artifact(self, run_id: str, path: str, artifact_path: str | None = None) -> None:
         """Upload a file (overwrites the same path on retry)."""
@@ -207,8 +227,14 @@ class MLflowTracker:
         self.client.log_dict(run_id, scrub_secrets(obj), artifact_file)
 
     # -- stage summaries -------------------------------------------------------------------
-    def log_curation(self, run_id: str, steps: Sequence[Mapping[str, Any]], rows_in: int, rows_out: int,
-                     render: Callable[[str, Any, str], str] | None = None) -> dict[str, int]:
+    def log_curation(
+        self,
+        run_id: str,
+        steps: Sequence[Mapping[str, Any]],
+        rows_in: int,
+        rows_out: int,
+        render: Callable[[str, Any, str], str] | None = None,
+    ) -> dict[str, int]:
         """Rows in/out, drops per step and reason, seconds per step, and a drop-reason chart.
 
         ``steps`` are per-step dicts ``{'step', 'rows_in', 'rows_out', 'dropped': {reason: n},
@@ -216,7 +242,11 @@ class MLflowTracker:
         keyed ``step/reason``. ``render`` draws the chart (``plots.render_chart``'s signature;
         default: in this process).
         """
-        metrics: dict[str, float] = {"rows_in": rows_in, "rows_out": rows_out, "rows_dropped": rows_in - rows_out}
+        metrics: dict[str, float] = {
+            "rows_in": rows_in,
+            "rows_out": rows_out,
+            "rows_dropped": rows_in - rows_out,
+        }
         drops: dict[str, int] = {}
         for st in steps:
             name = st.get("step", "?")
@@ -241,7 +271,9 @@ class MLflowTracker:
         latencies, tool_latencies, tool_errors, prompt_tokens, completion_tokens = [], [], 0, 0, 0
         for traj in trajectories:
             for entry in traj.get("turn_log") or []:
-                if not isinstance(entry, dict) or not isinstance(entry.get("latency_s"), (int, float)):
+                if not isinstance(entry, dict) or not isinstance(
+                    entry.get("latency_s"), (int, float)
+                ):
                     continue
                 if entry.get("type") == "llm":
                     latencies.append(entry["latency_s"])
@@ -268,8 +300,13 @@ class MLflowTracker:
         self.log_metrics(run_id, summary)
         return {**summary, "stop_reasons": dict(stops)}
 
-    def log_rewards(self, run_id: str, rewards: Sequence[Mapping[str, Any] | None],
-                    pass_threshold: float = 1.0, render: Callable[[str, Any, str], str] | None = None) -> dict[str, Any]:
+    def log_rewards(
+        self,
+        run_id: str,
+        rewards: Sequence[Mapping[str, Any] | None],
+        pass_threshold: float = 1.0,
+        render: Callable[[str, Any, str], str] | None = None,
+    ) -> dict[str, Any]:
         """Mean, distribution and pass rate per reward name, plus a histogram PNG.
 
         Pass rate: share of trajectories whose ``total`` reward (the only reward when there is
@@ -283,18 +320,30 @@ class MLflowTracker:
             metrics[metric_key("reward", name, "min")] = min(vals)
             metrics[metric_key("reward", name, "max")] = max(vals)
             metrics[metric_key("reward", name, "p50")] = _quantile(vals, 0.5)
-            metrics[metric_key("reward", name, "std")] = statistics.pstdev(vals) if len(vals) > 1 else 0.0
+            metrics[metric_key("reward", name, "std")] = (
+                statistics.pstdev(vals) if len(vals) > 1 else 0.0
+            )
             metrics[metric_key("reward", name, "count")] = len(vals)
         main = "total" if "total" in values else (next(iter(values)) if len(values) == 1 else None)
         if main and rewards:
-            passed = sum(1 for r in rewards if r and isinstance(r.get(main), (int, float)) and r[main] >= pass_threshold)
+            passed = sum(
+                1
+                for r in rewards
+                if r and isinstance(r.get(main), (int, float)) and r[main] >= pass_threshold
+            )
             metrics["pass_rate"] = passed / len(rewards)
         self.log_metrics(run_id, metrics)
         self._log_chart(run_id, render, "reward_histogram", values, "reward_histogram.png")
         return metrics
 
-    def _log_chart(self, run_id: str, render: Callable[[str, Any, str], str] | None, kind: str, data: Any,
-                   name: str) -> None:
+    def _log_chart(
+        self,
+        run_id: str,
+        render: Callable[[str, Any, str], str] | None,
+        kind: str,
+        data: Any,
+        name: str,
+    ) -> None:
         """Draw chart ``kind`` with ``render`` (default: in this process) and log it under ``plots/``."""
         if render is None:
             from twinkle.tracking.plots import render_chart as render

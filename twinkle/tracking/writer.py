@@ -81,19 +81,33 @@ class TraceWriterProcess:
             try:
                 # ``-c`` rather than ``-m``: the package imports this module first, and runpy
                 # warns when it is then run as __main__.
-                self._proc = subprocess.Popen([self.python, "-c", "from twinkle.tracking.writer import main; main()"],
-                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                self._proc = subprocess.Popen(
+                    [self.python, "-c", "from twinkle.tracking.writer import main; main()"],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                )
             except OSError as exc:
                 logger.warning("trace writer process unavailable (%s); writing in-process", exc)
                 self._broken = True
                 return None
         return self._proc
 
-    def write(self, tracking_uri: str, experiment_id: str, session: str, trajectories: Any,
-              rewards: Any = None, keys: Any = None, **writer_kwargs: Any) -> dict[str, Any]:
+    def write(
+        self,
+        tracking_uri: str,
+        experiment_id: str,
+        session: str,
+        trajectories: Any,
+        rewards: Any = None,
+        keys: Any = None,
+        **writer_kwargs: Any,
+    ) -> dict[str, Any]:
         """Write one batch of traces; returns ``write_trace_batch``'s report."""
-        return self._call("write", (tracking_uri, experiment_id, session, list(trajectories), rewards, keys),
-                          writer_kwargs)
+        return self._call(
+            "write",
+            (tracking_uri, experiment_id, session, list(trajectories), rewards, keys),
+            writer_kwargs,
+        )
 
     def chart(self, kind: str, data: Any, path: str) -> str:
         """Draw chart ``kind`` of ``data`` to ``path`` (``plots.render_chart``); returns ``path``."""
@@ -157,8 +171,17 @@ class TraceStream:
         1
     """
 
-    def __init__(self, writer: Any, tracking_uri: str, experiment_id: str, session: str, *,
-                 batch_size: int = 32, max_wait_s: float = 1.0, **writer_kwargs: Any) -> None:
+    def __init__(
+        self,
+        writer: Any,
+        tracking_uri: str,
+        experiment_id: str,
+        session: str,
+        *,
+        batch_size: int = 32,
+        max_wait_s: float = 1.0,
+        **writer_kwargs: Any,
+    ) -> None:
         self._writer = writer
         self._target = (tracking_uri, experiment_id, session)
         self._kwargs = writer_kwargs
@@ -188,8 +211,13 @@ class TraceStream:
                 done = True
             if batch and self._error is None:
                 try:
-                    got = self._writer.write(*self._target, [b[0] for b in batch], [b[1] for b in batch],
-                                             [b[2] for b in batch], **self._kwargs)
+                    got = self._writer.write(
+                        *self._target,
+                        [b[0] for b in batch],
+                        [b[1] for b in batch],
+                        [b[2] for b in batch],
+                        **self._kwargs,
+                    )
                 except Exception as exc:  # re-raised by close(), in the caller's thread
                     self._error = exc
                 else:
@@ -225,7 +253,9 @@ def main() -> None:
     # and the first traces then waited). Then tracing is background work: at a lower priority
     # the helper takes the CPU the rollout leaves idle instead of competing with it.
     warm_up()
-    with contextlib.suppress(ImportError):  # charts are drawn here too; a missing matplotlib says so later
+    with contextlib.suppress(
+        ImportError
+    ):  # charts are drawn here too; a missing matplotlib says so later
         plots.warm_up()
     with contextlib.suppress(OSError):
         os.nice(10)

@@ -11,8 +11,9 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from importlib import import_module
-from typing import Any, Callable, Mapping
+from typing import Any
 
 
 def lazy_getattr(package: str, table: Mapping[str, str]) -> Callable[[str], Any]:

@@ -34,8 +34,15 @@ def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
 class ThreadedServer:
     """``app`` served by uvicorn on a daemon thread; ``config`` goes to ``uvicorn.Config``."""
 
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, *,
-                 name: str = "twinkle-server", **config: Any) -> None:
+    def __init__(
+        self,
+        app: Any,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        name: str = "twinkle-server",
+        **config: Any,
+    ) -> None:
         self.app = app
         self.host = host
         self.port = port
@@ -55,7 +62,7 @@ class ThreadedServer:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def start(self, timeout: float = 20.0) -> "ThreadedServer":
+    def start(self, timeout: float = 20.0) -> ThreadedServer:
         """Bind, serve, and return once connections are accepted (RuntimeError otherwise)."""
         import uvicorn
 
@@ -64,8 +71,12 @@ class ThreadedServer:
         sock = bind_socket(self.host, self.port)
         self.port = sock.getsockname()[1]
         self._server = uvicorn.Server(uvicorn.Config(self.app, **self.config))
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
-                                        name=f"{self.name}-{self.port}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.run,
+            kwargs={"sockets": [sock]},
+            name=f"{self.name}-{self.port}",
+            daemon=True,
+        )
         self._thread.start()
         deadline = time.monotonic() + timeout
         while not self._server.started:
@@ -84,7 +95,7 @@ class ThreadedServer:
             self._thread.join(timeout)
         self._server = self._thread = None
 
-    def __enter__(self) -> "ThreadedServer":
+    def __enter__(self) -> ThreadedServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -42,7 +42,9 @@ class TaskAdapter:
         from importlib import import_module
 
         if name not in _ENVIRONMENTS:
-            raise KeyError(f"'{name}' not found in adapter 'tasks'. Available: {self.list_environments()}")
+            raise KeyError(
+                f"'{name}' not found in adapter 'tasks'. Available: {self.list_environments()}"
+            )
         module, attr = _ENVIRONMENTS[name]
         return getattr(import_module(module), attr)
 
@@ -51,8 +53,12 @@ class TaskAdapter:
 
     def get_environment_info(self, name: str) -> dict[str, Any]:
         cls = self.environment_class(name)
-        return {"name": name, "adapter": self.name, "class": cls.__name__,
-                "description": (cls.__doc__ or "").strip().splitlines()[0]}
+        return {
+            "name": name,
+            "adapter": self.name,
+            "class": cls.__name__,
+            "description": (cls.__doc__ or "").strip().splitlines()[0],
+        }
 
     def get_default_system_prompt(self, name: str) -> str | None:
         return None

@@ -99,7 +99,9 @@ def outcome_signal(
 ) -> Signal:
     """A signal whose metadata carries the outcome vocabulary and the extracted answer."""
     return Signal(
-        name, reward_type, reward,
+        name,
+        reward_type,
+        reward,
         metadata={"outcome": outcome, "extracted": extracted, **metadata},
         weight=weight,
     )
@@ -189,7 +191,9 @@ class TaskEnvironment:
         """The model's answer to ``hidden``'s task (None when there is none) and extraction metadata."""
         raise NotImplementedError
 
-    def score(self, hidden: TaskHidden, extracted: str | None, meta: dict[str, Any]) -> tuple[Signal, ...]:
+    def score(
+        self, hidden: TaskHidden, extracted: str | None, meta: dict[str, Any]
+    ) -> tuple[Signal, ...]:
         raise NotImplementedError
 
     def action_from_messages(self, messages: Sequence[Mapping[str, Any]]) -> Action:
@@ -239,7 +243,9 @@ class TaskEnvironment:
 
     def step(self, state: State[TaskHidden], action: Action) -> StepResult[TaskHidden]:
         extracted, next_state, signals = self._score_step(state, action)
-        signals += tuple(self._extra_signal(rf, state, action, next_state) for rf in self._extra_rewards)
+        signals += tuple(
+            self._extra_signal(rf, state, action, next_state) for rf in self._extra_rewards
+        )
         return self._result(next_state, signals, extracted)
 
     async def astep(self, state: State[TaskHidden], action: Action) -> StepResult[TaskHidden]:
@@ -247,7 +253,9 @@ class TaskEnvironment:
         import asyncio
 
         if self.blocking_score:
-            extracted, next_state, signals = await asyncio.to_thread(self._score_step, state, action)
+            extracted, next_state, signals = await asyncio.to_thread(
+                self._score_step, state, action
+            )
         else:
             extracted, next_state, signals = self._score_step(state, action)
         extra = await asyncio.gather(
@@ -260,7 +268,9 @@ class TaskEnvironment:
     ) -> SignalBundle:
         extracted, meta = self.extract(action, state.hidden)
         signals = self.score(state.hidden, extracted, meta)
-        extra = tuple(self._extra_signal(rf, state, action, next_state) for rf in self._extra_rewards)
+        extra = tuple(
+            self._extra_signal(rf, state, action, next_state) for rf in self._extra_rewards
+        )
         return SignalBundle(signals + extra)
 
     #: True when ``score`` blocks on I/O (runs tests): ``astep`` then runs it in a thread.
@@ -296,16 +306,28 @@ class TaskEnvironment:
 
     @staticmethod
     def _failed_reward(rf: RewardFunction, exc: Exception) -> Signal:
-        return Signal(rf.name, rf.reward_type, 0.0, metadata={
-            "outcome": "error", "extracted": None, "error": f"{type(exc).__name__}: {exc}"})
+        return Signal(
+            rf.name,
+            rf.reward_type,
+            0.0,
+            metadata={
+                "outcome": "error",
+                "extracted": None,
+                "error": f"{type(exc).__name__}: {exc}",
+            },
+        )
 
-    def _extra_signal(self, rf: RewardFunction, state: State[Any], action: Action, nxt: State[Any]) -> Signal:
+    def _extra_signal(
+        self, rf: RewardFunction, state: State[Any], action: Action, nxt: State[Any]
+    ) -> Signal:
         try:
             return rf.compute(state, action, nxt)
         except Exception as exc:  # noqa: BLE001 - a broken reward is an error signal, not a failed step
             return self._failed_reward(rf, exc)
 
-    async def _aextra_signal(self, rf: RewardFunction, state: State[Any], action: Action, nxt: State[Any]) -> Signal:
+    async def _aextra_signal(
+        self, rf: RewardFunction, state: State[Any], action: Action, nxt: State[Any]
+    ) -> Signal:
         import asyncio
 
         try:
@@ -338,5 +360,7 @@ class _TaskReward:
         self._env = env
         self.name = f"{env.spec.name}_reward"
 
-    def compute(self, state: State[TaskHidden], action: Action, next_state: State[TaskHidden]) -> Signal:
+    def compute(
+        self, state: State[TaskHidden], action: Action, next_state: State[TaskHidden]
+    ) -> Signal:
         return self._env.compute_rewards(state, action, next_state).signals[0]

@@ -56,11 +56,13 @@ _ANY_BLOCK = CodeBlockExtractor()
 def _workspace_path(path: str) -> str:
     for root in WORKSPACE_ROOTS:
         if path.startswith(root):
-            return path[len(root):]
+            return path[len(root) :]
     return path.rsplit("/", 1)[-1] if path.startswith("/") else path.removeprefix("./")
 
 
-def files_from_action(action: Action, module: str = "solution") -> tuple[dict[str, str], str | None]:
+def files_from_action(
+    action: Action, module: str = "solution"
+) -> tuple[dict[str, str], str | None]:
     """The workspace files an action produces, and the solution code (None if there is none).
 
     Tool-call writes are applied in order; a ```python block in the text (the final answer)
@@ -131,7 +133,9 @@ class CodeEnvironment(TaskEnvironment):
         super().__init__(*args, **kwargs)
 
     def format_prompt(self, task: Mapping[str, Any]) -> str:
-        return PROMPT.format(prompt=task["prompt"], entry_point=task["entry_point"], module=self.module)
+        return PROMPT.format(
+            prompt=task["prompt"], entry_point=task["entry_point"], module=self.module
+        )
 
     def expected_answer(self, task: Mapping[str, Any]) -> str | None:
         tests = task.get("tests")
@@ -159,11 +163,15 @@ class CodeEnvironment(TaskEnvironment):
         files, code = files_from_action(action, self.module)
         return code, {"files": files}
 
-    def score(self, hidden: TaskHidden, extracted: str | None, meta: dict[str, Any]) -> tuple[Signal, ...]:
+    def score(
+        self, hidden: TaskHidden, extracted: str | None, meta: dict[str, Any]
+    ) -> tuple[Signal, ...]:
         tests = [TestCase.from_dict(t) for t in hidden.task["tests"]]
         if extracted is None:
             return self._signals("unparsed", 0.0, None, len(tests), None)
-        outcome = self.runner.run(meta.get("files") or {f"{self.module}.py": extracted}, tests, self.module)
+        outcome = self.runner.run(
+            meta.get("files") or {f"{self.module}.py": extracted}, tests, self.module
+        )
         return self._signals(None, 0.0, extracted, len(tests), outcome)
 
     def grade_workspace(self, task_index: int, env: Any) -> tuple[Signal, ...]:
@@ -175,16 +183,27 @@ class CodeEnvironment(TaskEnvironment):
         hidden = self._hidden[task_index]
         tests = [TestCase.from_dict(t) for t in hidden.task["tests"]]
         runner = self.runner if isinstance(self.runner, AgentEnvRunner) else AgentEnvRunner()
-        return self._signals(None, 0.0, "<workspace>", len(tests), runner.run_in(env, tests, self.module))
+        return self._signals(
+            None, 0.0, "<workspace>", len(tests), runner.run_in(env, tests, self.module)
+        )
 
     def _signals(
-        self, outcome: str | None, reward: float, extracted: str | None, total: int,
+        self,
+        outcome: str | None,
+        reward: float,
+        extracted: str | None,
+        total: int,
         run: RunOutcome | None,
     ) -> tuple[Signal, ...]:
         meta: dict[str, Any] = {"total": total, "passed": 0}
         if run is not None:
-            meta.update(passed=run.passed, status=run.status, backend=run.backend,
-                        failures=list(run.failures[:10]), seconds=round(run.seconds, 3))
+            meta.update(
+                passed=run.passed,
+                status=run.status,
+                backend=run.backend,
+                failures=list(run.failures[:10]),
+                seconds=round(run.seconds, 3),
+            )
             if run.status == "error" and any(f.startswith("sandbox failure") for f in run.failures):
                 outcome, reward = "error", 0.0
                 meta["error"] = run.failures[0]
@@ -193,7 +212,12 @@ class CodeEnvironment(TaskEnvironment):
                 outcome = "correct" if run.all_passed else "wrong"
         return (
             outcome_signal("tests", outcome or "unparsed", reward, extracted=extracted, **meta),
-            outcome_signal("format", "unparsed" if extracted is None else "correct",
-                           0.0 if extracted is None else 1.0, extracted=extracted,
-                           reward_type=RewardType.FORMAT, weight=0.0),
+            outcome_signal(
+                "format",
+                "unparsed" if extracted is None else "correct",
+                0.0 if extracted is None else 1.0,
+                extracted=extracted,
+                reward_type=RewardType.FORMAT,
+                weight=0.0,
+            ),
         )

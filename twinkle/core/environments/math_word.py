@@ -37,7 +37,9 @@ from twinkle.core.state import Action
 __all__ = ["MathEnvironment", "parse_number"]
 
 # \frac{3}{4}, \dfrac{3}{4} and the brace-less \frac34
-_FRAC_RE = re.compile(r"^(-?)\\[dt]?frac\s*(?:\{\s*(-?[\d.]+)\s*\}|(\d))\s*(?:\{\s*(-?[\d.]+)\s*\}|(\d))$")
+_FRAC_RE = re.compile(
+    r"^(-?)\\[dt]?frac\s*(?:\{\s*(-?[\d.]+)\s*\}|(\d))\s*(?:\{\s*(-?[\d.]+)\s*\}|(\d))$"
+)
 _NUMBER_RE = re.compile(r"^[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?(?:/\d+)?$")
 _STRIP = str.maketrans("", "", "$ ,\u00a0")
 _UNITS_RE = re.compile(r"^(.*?\d)\s*(?:%|\\%|[a-zA-Z][a-zA-Z ]*)$")
@@ -91,15 +93,19 @@ class MathEnvironment(TaskEnvironment):
         self._numeric = NumericExtractor()
         #: The answer extractor (cleaners + extractor chain); public for benchmarks and reuse.
         self.extractor = CleanedExtractor(
-            inner=CompositeExtractor(extractors=[
-                BoxedExtractor(),
-                GSM8KExtractor(),
-                TagBasedExtractor(tag_name="answer"),
-                PatternAnswerExtractor(),
-                self._numeric,
-            ]),
+            inner=CompositeExtractor(
+                extractors=[
+                    BoxedExtractor(),
+                    GSM8KExtractor(),
+                    TagBasedExtractor(tag_name="answer"),
+                    PatternAnswerExtractor(),
+                    self._numeric,
+                ]
+            ),
             pre_cleaners=resolve_cleaners(["strip_special_tokens", "strip_thinking_tokens"], "pre"),
-            post_cleaners=resolve_cleaners(["strip_trailing_punctuation", "strip_latex_dollars"], "post"),
+            post_cleaners=resolve_cleaners(
+                ["strip_trailing_punctuation", "strip_latex_dollars"], "post"
+            ),
         )
         super().__init__(*args, **kwargs)
 
@@ -115,7 +121,9 @@ class MathEnvironment(TaskEnvironment):
     def extract(self, action: Action, hidden: TaskHidden) -> tuple[str | None, dict[str, Any]]:
         return self.extractor.extract(action.text or "")
 
-    def score(self, hidden: TaskHidden, extracted: str | None, meta: dict[str, Any]) -> tuple[Signal, ...]:
+    def score(
+        self, hidden: TaskHidden, extracted: str | None, meta: dict[str, Any]
+    ) -> tuple[Signal, ...]:
         value = parse_number(extracted)
         if value is None and extracted is not None:
             # A phrase such as "18 muffins are left": its last number is the answer.
@@ -127,10 +135,20 @@ class MathEnvironment(TaskEnvironment):
             correct = value == parse_number(hidden.expected_answer)
             outcome, reward = ("correct", 1.0) if correct else ("wrong", 0.0)
         return (
-            outcome_signal("correctness", outcome, reward, extracted=extracted,
-                           expected=hidden.expected_answer,
-                           parsed=None if value is None else str(value)),
-            outcome_signal("format", "unparsed" if value is None else "correct",
-                           0.0 if value is None else 1.0, extracted=extracted,
-                           reward_type=RewardType.FORMAT, weight=0.0),
+            outcome_signal(
+                "correctness",
+                outcome,
+                reward,
+                extracted=extracted,
+                expected=hidden.expected_answer,
+                parsed=None if value is None else str(value),
+            ),
+            outcome_signal(
+                "format",
+                "unparsed" if value is None else "correct",
+                0.0 if value is None else 1.0,
+                extracted=extracted,
+                reward_type=RewardType.FORMAT,
+                weight=0.0,
+            ),
         )

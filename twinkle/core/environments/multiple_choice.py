@@ -26,7 +26,9 @@ from twinkle.core.state import Action
 
 __all__ = ["MultipleChoiceEnvironment"]
 
-PROMPT = "{question}\n\n{options}\n\nThink it through, then end with 'Answer: X' where X is the letter."
+PROMPT = (
+    "{question}\n\n{options}\n\nThink it through, then end with 'Answer: X' where X is the letter."
+)
 
 
 class MultipleChoiceEnvironment(TaskEnvironment):
@@ -59,7 +61,8 @@ class MultipleChoiceEnvironment(TaskEnvironment):
         if letters not in self._extractors:
             self._extractors[letters] = CleanedExtractor(
                 inner=MultipleChoiceExtractor(choices=letters),
-                pre_cleaners=self._pre, post_cleaners=self._post,
+                pre_cleaners=self._pre,
+                post_cleaners=self._post,
             )
         return self._extractors[letters]
 
@@ -71,14 +74,18 @@ class MultipleChoiceEnvironment(TaskEnvironment):
     def expected_answer(self, task: Mapping[str, Any]) -> str | None:
         answer = str(task.get("answer", "")).strip().upper()
         if answer not in self._letters(task):
-            raise ValueError(f"multiple-choice task {task.get('id')!r}: answer {answer!r} is not a choice")
+            raise ValueError(
+                f"multiple-choice task {task.get('id')!r}: answer {answer!r} is not a choice"
+            )
         return answer
 
     def extract(self, action: Action, hidden: TaskHidden) -> tuple[str | None, dict[str, Any]]:
         # Only the task's own letters count: "E" is no answer to a four-option question.
         return self._extractor(self._letters(hidden.task)).extract(action.text or "")
 
-    def score(self, hidden: TaskHidden, extracted: str | None, meta: dict[str, Any]) -> tuple[Signal, ...]:
+    def score(
+        self, hidden: TaskHidden, extracted: str | None, meta: dict[str, Any]
+    ) -> tuple[Signal, ...]:
         if extracted is None:
             outcome, reward = "unparsed", 0.0
         elif extracted.upper() == hidden.expected_answer:
@@ -86,9 +93,15 @@ class MultipleChoiceEnvironment(TaskEnvironment):
         else:
             outcome, reward = "wrong", 0.0
         return (
-            outcome_signal("correctness", outcome, reward, extracted=extracted,
-                           expected=hidden.expected_answer),
-            outcome_signal("format", "unparsed" if extracted is None else "correct",
-                           0.0 if extracted is None else 1.0, extracted=extracted,
-                           reward_type=RewardType.FORMAT, weight=0.0),
+            outcome_signal(
+                "correctness", outcome, reward, extracted=extracted, expected=hidden.expected_answer
+            ),
+            outcome_signal(
+                "format",
+                "unparsed" if extracted is None else "correct",
+                0.0 if extracted is None else 1.0,
+                extracted=extracted,
+                reward_type=RewardType.FORMAT,
+                weight=0.0,
+            ),
         )

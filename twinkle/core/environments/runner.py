@@ -63,7 +63,7 @@ _MAX_OUTPUT = 4000
 
 # The grader runs inside the sandbox. It must not trust anything the solution can touch
 # after import, so it only records values; the verdict is computed by the caller.
-_GRADER = r'''
+_GRADER = r"""
 import json, os, sys
 _here = os.path.dirname(os.path.abspath(__file__))
 _root = os.path.dirname(_here)
@@ -123,7 +123,7 @@ for _case in _spec["calls"]:
         _results.append({"error": "%s: %s" % (_type(e).__name__, str(e)[:300])})
 _write("\n" + _spec["mark"] + _nonce + _dumps(_results) + "\n")
 _flush()
-'''
+"""
 
 
 @dataclass(frozen=True)
@@ -260,7 +260,12 @@ def compare_values(actual: list[Any], expected: list[Any]) -> bool:
 def _grader_files(
     tests: Sequence[TestCase], module: str, nonce: str, limits: Mapping[str, int] | None = None
 ) -> dict[str, str]:
-    spec = {"module": module, "calls": [t.call for t in tests], "mark": _MARK, "limits": dict(limits or {})}
+    spec = {
+        "module": module,
+        "calls": [t.call for t in tests],
+        "mark": _MARK,
+        "limits": dict(limits or {}),
+    }
     return {
         f"{GRADER_DIR}/grade.py": _GRADER,
         f"{GRADER_DIR}/tests.json": json.dumps(spec),
@@ -269,7 +274,11 @@ def _grader_files(
 
 
 def _verdict(
-    stdout: str, nonce: str, tests: Sequence[TestCase], backend: str, seconds: float,
+    stdout: str,
+    nonce: str,
+    tests: Sequence[TestCase],
+    backend: str,
+    seconds: float,
     output: str,
 ) -> RunOutcome:
     """Compare the nonce-marked report with the expected values."""
@@ -277,15 +286,29 @@ def _verdict(
     line = None
     for candidate in stdout.splitlines():
         if candidate.startswith(marker):
-            line = candidate[len(marker):]
+            line = candidate[len(marker) :]
     if line is None:
-        return RunOutcome(0, len(tests), "error", ("grader produced no result",),
-                          output[-_MAX_OUTPUT:], backend, seconds)
+        return RunOutcome(
+            0,
+            len(tests),
+            "error",
+            ("grader produced no result",),
+            output[-_MAX_OUTPUT:],
+            backend,
+            seconds,
+        )
     try:
         results = json.loads(line)
     except ValueError:
-        return RunOutcome(0, len(tests), "error", ("unreadable grader result",),
-                          output[-_MAX_OUTPUT:], backend, seconds)
+        return RunOutcome(
+            0,
+            len(tests),
+            "error",
+            ("unreadable grader result",),
+            output[-_MAX_OUTPUT:],
+            backend,
+            seconds,
+        )
     passed, failures = 0, []
     for case, result in zip(tests, results):
         if "error" in result:
@@ -302,8 +325,9 @@ def _verdict(
             failures.append(f"{case.call}: expected {case.expected}, got {result.get('value')}")
     if len(results) != len(tests):
         failures.append(f"grader reported {len(results)} results for {len(tests)} cases")
-    return RunOutcome(passed, len(tests), "ok", tuple(failures), output[-_MAX_OUTPUT:],
-                      backend, seconds)
+    return RunOutcome(
+        passed, len(tests), "ok", tuple(failures), output[-_MAX_OUTPUT:], backend, seconds
+    )
 
 
 def _safe_relpath(path: str) -> str | None:
@@ -403,9 +427,15 @@ class SubprocessRunner:
                 os.killpg(proc.pid, signal.SIGKILL)
                 out, err = proc.communicate()
                 text = (out + err).decode("utf-8", "replace")
-                return RunOutcome(0, len(tests), "timeout",
-                                  (f"timed out after {self.timeout}s",), text[-_MAX_OUTPUT:],
-                                  self.name, time.perf_counter() - start)
+                return RunOutcome(
+                    0,
+                    len(tests),
+                    "timeout",
+                    (f"timed out after {self.timeout}s",),
+                    text[-_MAX_OUTPUT:],
+                    self.name,
+                    time.perf_counter() - start,
+                )
             finally:
                 # Children the solution spawned in its own session die with the group.
                 try:
@@ -416,8 +446,15 @@ class SubprocessRunner:
             text = stdout + err.decode("utf-8", "replace")
             return _verdict(stdout, nonce, tests, self.name, time.perf_counter() - start, text)
         except OSError as exc:
-            return RunOutcome(0, len(tests), "error", (f"sandbox failure: {exc}",), "",
-                              self.name, time.perf_counter() - start)
+            return RunOutcome(
+                0,
+                len(tests),
+                "error",
+                (f"sandbox failure: {exc}",),
+                "",
+                self.name,
+                time.perf_counter() - start,
+            )
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
 
@@ -462,7 +499,9 @@ class AgentEnvRunner:
     def _new_env(self) -> Any:
         from twinkle.envs.agentenv import AgentEnv
 
-        return AgentEnv(self.template, api_url=self.api_url, api_key=self.api_key, **self.env_kwargs)
+        return AgentEnv(
+            self.template, api_url=self.api_url, api_key=self.api_key, **self.env_kwargs
+        )
 
     def run(
         self, files: Mapping[str, str], tests: Sequence[TestCase], module: str = "solution"
@@ -471,8 +510,15 @@ class AgentEnvRunner:
         try:
             env = self._new_env()
         except Exception as exc:  # noqa: BLE001 - missing extra, bad config: grading failed, not the model
-            return RunOutcome(0, len(tests), "error", (f"sandbox failure: {exc}",), "",
-                              self.name, time.perf_counter() - start)
+            return RunOutcome(
+                0,
+                len(tests),
+                "error",
+                (f"sandbox failure: {exc}",),
+                "",
+                self.name,
+                time.perf_counter() - start,
+            )
         try:
             env.reset()
             sandbox = env.sandbox
@@ -487,23 +533,37 @@ class AgentEnvRunner:
                     continue
             return self._grade(sandbox, tests, module, start)
         except Exception as exc:  # noqa: BLE001 - a sandbox failure is an error outcome
-            return RunOutcome(0, len(tests), "error", (f"sandbox failure: {exc}",), "",
-                              self.name, time.perf_counter() - start)
+            return RunOutcome(
+                0,
+                len(tests),
+                "error",
+                (f"sandbox failure: {exc}",),
+                "",
+                self.name,
+                time.perf_counter() - start,
+            )
         finally:
             env.close()
 
-    def run_in(
-        self, env: Any, tests: Sequence[TestCase], module: str = "solution"
-    ) -> RunOutcome:
+    def run_in(self, env: Any, tests: Sequence[TestCase], module: str = "solution") -> RunOutcome:
         """Grade the workspace a rollout left behind in ``env``'s sandbox (after its last action)."""
         start = time.perf_counter()
         try:
             return self._grade(env.sandbox, tests, module, start)
         except Exception as exc:  # noqa: BLE001 - as in run()
-            return RunOutcome(0, len(tests), "error", (f"sandbox failure: {exc}",), "",
-                              self.name, time.perf_counter() - start)
+            return RunOutcome(
+                0,
+                len(tests),
+                "error",
+                (f"sandbox failure: {exc}",),
+                "",
+                self.name,
+                time.perf_counter() - start,
+            )
 
-    def _grade(self, sandbox: Any, tests: Sequence[TestCase], module: str, start: float) -> RunOutcome:
+    def _grade(
+        self, sandbox: Any, tests: Sequence[TestCase], module: str, start: float
+    ) -> RunOutcome:
         nonce = secrets.token_hex(16)
         sandbox.commands.run(f"rm -rf {self.workdir}/{GRADER_DIR}", timeout=30)
         for path, content in _grader_files(tests, module, nonce).items():
@@ -521,6 +581,13 @@ class AgentEnvRunner:
             code = exc.exit_code
         seconds = time.perf_counter() - start
         if code in (124, 137) and _MARK not in stdout:
-            return RunOutcome(0, len(tests), "timeout", (f"timed out after {self.timeout}s",),
-                              (stdout + stderr)[-_MAX_OUTPUT:], self.name, seconds)
+            return RunOutcome(
+                0,
+                len(tests),
+                "timeout",
+                (f"timed out after {self.timeout}s",),
+                (stdout + stderr)[-_MAX_OUTPUT:],
+                self.name,
+                seconds,
+            )
         return _verdict(stdout, nonce, tests, self.name, seconds, stdout + stderr)
