@@ -20,7 +20,7 @@ from twinkle.preprocessor.pii_presidio_filter import (
 )
 from twinkle.synthetic import HOME
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "conversations.jsonl"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "conversations.jsonl"
 
 
 @pytest.fixture(scope="module")
