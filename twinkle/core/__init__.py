@@ -65,8 +65,6 @@ _LAZY = {
 }
 
 __all__ = [
-    "EXTRACTORS",
-    "JUDGE_TEMPLATES",
     "APIBackend",
     "Action",
     "Adapter",
@@ -79,12 +77,14 @@ __all__ = [
     "Checkpoint",
     "CheckpointHandle",
     "CleanedExtractor",
+    "EXTRACTORS",
     "Environment",
     "EnvironmentRegistry",
     "EnvironmentSpec",
     "FormatReward",
     "GenerationResult",
     "ImageContent",
+    "JUDGE_TEMPLATES",
     "JudgePromptTemplate",
     "JudgeReward",
     "ModelBackend",
