@@ -3,18 +3,38 @@
 Heavy adapters are imported on first use so ``import twinkle.envs`` stays light.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from twinkle.envs.base import Env, StepResult
 from twinkle.utils.lazy import lazy_getattr
 
 _LAZY = {
     "EnvTool": "twinkle.envs.env_tool",
     "AgentEnv": "twinkle.envs.agentenv",
-    "OpenEnv": "twinkle.envs.openenv",
-    "OpenEnvClient": "twinkle.envs.openenv",
-    "EnvPool": "twinkle.envs.openenv",
-    "EnvPoolAdapter": "twinkle.envs.openenv",
+    "OpenEnv": "twinkle.envs.openenv_embedded",
+    "OpenEnvClient": "twinkle.envs.openenv_client",
+    "EnvPool": "twinkle.envs.openenv_pool",
+    "EnvPoolAdapter": "twinkle.envs.openenv_pool",
 }
 
-__all__ = ["Env", "StepResult", *_LAZY]
+__all__ = [
+    "AgentEnv",
+    "Env",
+    "EnvPool",
+    "EnvPoolAdapter",
+    "EnvTool",
+    "OpenEnv",
+    "OpenEnvClient",
+    "StepResult",
+]
+
+if TYPE_CHECKING:
+    from twinkle.envs.agentenv import AgentEnv
+    from twinkle.envs.env_tool import EnvTool
+    from twinkle.envs.openenv_client import OpenEnvClient
+    from twinkle.envs.openenv_embedded import OpenEnv
+    from twinkle.envs.openenv_pool import EnvPool, EnvPoolAdapter
 
 __getattr__ = lazy_getattr(__name__, _LAZY)

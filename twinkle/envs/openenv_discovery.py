@@ -1,7 +1,7 @@
 """How an OpenEnv environment package is found, and how its objects become twinkle's.
 
-Discovery follows platform-notes §6.5 (it works for upstream's echo, coding and openspiel
-packages and for ``twinkle.envs.openenv_envs``): the Environment class is the concrete
+Discovery follows the layout OpenEnv packages share (it works for upstream's echo, coding and
+openspiel packages and for ``twinkle.envs.openenv_envs``): the Environment class is the concrete
 ``Environment`` subclass under ``<env>.server`` (``*_environment``/``*_env`` modules first,
 app modules never imported), the Action class the first ``Action`` in ``<env>.__all__``
 (then ``<env>.models``), the client the first ``EnvClient`` in ``<env>.__all__``.
@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from twinkle.envs.base import StepResult, format_command_output, truncate_observation
+from twinkle.errors import require
 
 logger = logging.getLogger("twinkle.envs")
-_INSTALL_HINT = "install the 'openenv' extra: pip install 'twinkle[openenv]'"
 #: Where twinkle's own OpenEnv environments live; ``env_name='number_guess'`` finds them.
 BUILTIN_ENVS_PACKAGE = "twinkle.envs.openenv_envs"
 #: Server submodules that build an app on import; discovery never imports them.
@@ -43,11 +43,8 @@ ToolInfo = dict[str, Any]
 
 
 def import_openenv() -> Any:
-    """``openenv.core.env_server`` (types, Environment, MCP types), or a clear ImportError."""
-    try:
-        return importlib.import_module("openenv.core.env_server")
-    except ImportError as exc:
-        raise ImportError(f"the OpenEnv adapters need openenv==0.10.0; {_INSTALL_HINT}") from exc
+    """``openenv.core.env_server`` (types, Environment, MCP types), or MissingExtraError."""
+    return require("openenv.core.env_server", "the OpenEnv adapter (openenv==0.10.0)", "openenv")
 
 
 # --- discovery ----------------------------------------------------------------------------
