@@ -13,7 +13,8 @@ from twinkle.envs.base import format_command_output
 from twinkle.synthetic import DEFECTS, HOME, LANGS, TOOLS, generate, label_of, main
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "conversations.jsonl"
-#: ``python -m twinkle.synthetic <EXAMPLE_ARGS> -o examples/conversations.jsonl`` wrote the examples.
+#: ``python -m twinkle.synthetic <EXAMPLE_ARGS> -o examples/conversations.jsonl`` wrote
+#: the examples.
 EXAMPLE_ARGS = ["--rows", "40", "--seed", "2026", "--defects", "--defect-rate", "0.2"]
 
 
@@ -115,3 +116,44 @@ def test_examples_file_is_the_documented_generator_output(tmp_path):
     rows = [json.loads(line) for line in EXAMPLES.read_text(encoding="utf-8").splitlines()]
     defects = [label_of(r)["defect"] for r in rows if label_of(r)["defect"] != "none"]
     assert 3 <= len(defects) <= 12
+
+
+def test_iter_rows_streams_what_generate_returns():
+    from twinkle.synthetic import iter_rows
+
+    kwargs = {"seed": 4, "defects": True, "defect_rate": 0.5, "target_bytes": 2000}
+    assert list(iter_rows(40, **kwargs)) == generate(40, **kwargs)
+    with pytest.raises(ValueError, match="defect_rate"):
+        iter_rows(3, defect_rate=2.0)  # checked at the call, before any row
+
+
+def test_cli_progress_goes_to_stderr_and_quiet_silences_it(tmp_path, capsys):
+    assert main(["--rows", "130", "--seed", "1", "--defects", "-o", "-"]) == 0
+    shown = capsys.readouterr()
+    expected = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in generate(130, 1, True))
+    assert shown.out == expected  # stdout holds the rows and nothing else
+    assert "130/130" in shown.err
+    out = tmp_path / "rows.jsonl"
+    assert main(["--rows", "130", "--seed", "1", "--defects", "-q", "-o", str(out)]) == 0
+    assert capsys.readouterr().err == ""
+    assert out.read_text(encoding="utf-8") == expected
+
+
+def test_phrase_banks_are_package_data():
+    from importlib import resources
+
+    data = resources.files("twinkle.data_format.synthetic") / "data"
+    names = sorted(p.name for p in data.iterdir() if p.name.endswith(".json"))
+    assert names == ["common.json", *(f"{lang}.json" for lang in sorted(LANGS))]
+    banks = {n: json.loads((data / n).read_text(encoding="utf-8")) for n in names}
+    # every language bank has the same tables, so a missing translation fails here
+    assert len({tuple(sorted(b)) for n, b in banks.items() if n != "common.json"}) == 1
+
+
+def test_both_module_entry_points_write_the_same_rows(tmp_path):
+    args = ["--rows", "12", "--seed", "3", "--defects", "-q", "-o"]
+    for module in ("twinkle.synthetic", "twinkle.data_format.synthetic"):
+        out = tmp_path / f"{module}.jsonl"
+        subprocess.run([sys.executable, "-m", module, *args, str(out)], check=True, timeout=60)
+    outs = sorted(tmp_path.glob("*.jsonl"))
+    assert len(outs) == 2 and outs[0].read_bytes() == outs[1].read_bytes()
