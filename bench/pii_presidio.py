@@ -109,7 +109,7 @@ def baseline(rows: list[dict]) -> tuple[list[dict], float]:
 
 
 def ours(rows: list[dict], batch: int) -> tuple[list[dict], float]:
-    from twinkle.preprocessor.pii_presidio_filter import PIIPresidioFilter
+    from twinkle.preprocessor.pii import PIIPresidioFilter
 
     f = PIIPresidioFilter(languages=["en", "zh"], seed=0)
     f([{"messages": [{"role": "user", "content": "warm up John 北京"}]}])

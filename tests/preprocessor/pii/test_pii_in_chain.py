@@ -13,8 +13,8 @@ def test_pii_step_runs_in_the_chain_and_rewrites_emails():
             },
             {
                 "role": "assistant",
-                "content": "Sure. I will attach the full quarterly report, including the revenue tables and the "
-                "hiring summary, and send it to that address today.",
+                "content": "Sure. I will attach the full quarterly report, including the revenue "
+                "tables and the hiring summary, and send it to that address today.",
             },
         ],
     }
