@@ -4,8 +4,8 @@ Prints one JSON object:
 
 - ``speed``: rows/s and MB/s per filter and for the chain Hard -> DeadLoop -> Refuse ->
   TokenSoup -> MessageNormalizer on ~4 KB agent rows (single process, one core), ours and a
-  naive baseline in the same run (the same rules written the way the earlier
-  implementation did: per-character Python loops for dead-loop and token-soup checks). CPU
+  naive baseline in the same run (the same rules written the straightforward way:
+  per-character Python loops for dead-loop and token-soup checks). CPU
   time (``time.process_time``, best of ``--repeats``) is the headline figure because the
   benchmark machine is shared; wall-clock figures are printed beside it.
 - ``quality``: on a labelled synthetic set (``twinkle.synthetic``), each filter's recall per
@@ -63,16 +63,21 @@ NearDedupFilter = _optional("twinkle.preprocessor.dedup_filter", "NearDedupFilte
 
 
 # ----------------------------------------------------------------- naive baseline
-# The same rules, written as the earlier implementation did: characters inspected one by
-# one in Python, one big case-insensitive alternation, tuples built in Python loops.
+# The same rules, written the straightforward way the optimized filters are measured against:
+# characters inspected one by one in Python, one big case-insensitive alternation, tuples built
+# in Python loops.
 _NAIVE_HESITATION = re.compile(
-    r"\b(?:wait[ ,]*\.{2,}|wait[ ,]+(?:wait|no|actually|hmm|let)|no,? wait|oh,? wait|but wait|hmm+|uh+m*"
-    r"|actually,? (?:no|wait|i was)|no, actually|let me (?:re-?think|try again|start over|reconsider)"
-    r"|i'?ll (?:start over|try again|redo this)|i'?m (?:getting confused|going in circles|lost here)"
+    r"\b(?:wait[ ,]*\.{2,}|wait[ ,]+(?:wait|no|actually|hmm|let)|no,? wait|oh,? wait|but wait"
+    r"|hmm+|uh+m*"
+    r"|actually,? (?:no|wait|i was)|no, actually"
+    r"|let me (?:re-?think|try again|start over|reconsider)"
+    r"|i'?ll (?:start over|try again|redo this)"
+    r"|i'?m (?:getting confused|going in circles|lost here)"
     r"|i keep making|this is getting)\b"
     r"|等等|不不不+|嗯{2,}|呃+|让我(?:重新|再次|再)(?:想|试|来|考虑|计算)|我(?:好像|似乎|又)(?:搞|弄)错"
     r"|ちょっと待って|いや待って|えっと+|うーん+|もう一度考え直|混乱してきた"
-    r"|잠깐|(?<![가-힣])(?:음+|어+)(?=\s*[.…,~!?])|다시 ?(?:생각|시작|해보)|헷갈|계속 ?(?:틀리|실수)",
+    r"|잠깐|(?<![가-힣])(?:음+|어+)(?=\s*[.…,~!?])|다시 ?(?:생각|시작|해보)"
+    r"|헷갈|계속 ?(?:틀리|실수)",
     re.IGNORECASE,
 )
 _NAIVE_CASCADE = re.compile(
@@ -170,9 +175,12 @@ def _naive_soup(text: str) -> bool:
 class NaiveTokenSoupFilter(Filter):
     def check(self, row: dict[str, Any]) -> str | None:
         for msg in row["messages"]:
-            if isinstance(msg, dict) and msg.get("role") == "assistant":
-                if _naive_soup(message_text(msg).strip()):
-                    return "token_soup"
+            if (
+                isinstance(msg, dict)
+                and msg.get("role") == "assistant"
+                and _naive_soup(message_text(msg).strip())
+            ):
+                return "token_soup"
         return None
 
 
@@ -328,7 +336,8 @@ def _dedup_rows(n: int) -> list[dict[str, Any]]:
                     },
                     {
                         "role": "user",
-                        "content": f"Compute {a} * {b} with python3 and report the exact product, please.",
+                        "content": f"Compute {a} * {b} with python3 and report the exact product, "
+                        "please.",
                     },
                     {
                         "role": "assistant",

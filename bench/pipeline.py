@@ -197,7 +197,8 @@ def flow_stages(
     from twinkle.tracking import MLflowTracker
 
     s0 = time.perf_counter()
-    MLflowTracker(
+    # Reading experiment_id creates the store and the experiment.
+    _ = MLflowTracker(
         tracking.tracking_uri, tracking.experiment, tracking.artifact_location
     ).experiment_id
     setup = time.perf_counter() - s0
@@ -308,8 +309,9 @@ def bench_overhead(tmp: Path, n_rows: int, n_traj: int, concurrency: int, repeat
 
 def bench_trace_write(tmp: Path, n_traj: int, batch: int = 32) -> dict:
     """CPU cost of writing traces, ours (``TraceWriter``: records and spans of a batch in one
-    transaction, ``twinkle.tracking.bulk``) against MLflow's store API used plainly (``start_trace`` per trace,
-    then the batch's spans in one ``log_spans``), same trajectories, fresh SQLite stores."""
+    transaction, ``twinkle.tracking.bulk``) against MLflow's store API used plainly
+    (``start_trace`` per trace, then the batch's spans in one ``log_spans``), same trajectories,
+    fresh SQLite stores."""
     from mlflow import MlflowClient
 
     from twinkle.data_format import is_agent_row

@@ -122,7 +122,8 @@ def bench_score_batch(n: int) -> dict:
     rng = random.Random(1)
     indices = [rng.randrange(len(env)) for _ in range(n)]
     responses = [
-        f"Step by step: the total comes to {rng.randint(1, 99)} first, then we adjust. \\boxed{{{answers[i]}}}"
+        f"Step by step: the total comes to {rng.randint(1, 99)} first, then we adjust. "
+        f"\\boxed{{{answers[i]}}}"
         if rng.random() < 0.7
         else "The answer is 12345."
         for i in indices

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from twinkle.errors import require
+
 
 def fingerprint(*parts: Any) -> str:
     """A short stable hash of JSON-able parts (upstream fingerprints, stage settings)."""
@@ -147,7 +149,8 @@ def count_lines(path: str) -> int:
 
 
 def stage_task(task_obj: Any, out: Path, refresh: bool, *outputs: str) -> Any:
-    """``task_obj`` persisting under ``out``; recomputed when ``refresh`` or an output file is gone."""
+    """``task_obj`` persisting under ``out``; recomputed when ``refresh`` or an output file is
+    gone."""
     missing = any(not os.path.exists(p) for p in outputs)
     return with_storage(task_obj, out, refresh or missing)
 
@@ -173,13 +176,7 @@ def with_storage(task_obj: Any, out: Path, refresh: bool = False) -> Any:
 def task_runner_for(ray_address: str | None, workers: int) -> Any:
     """Ray when an address is given (prefect-ray imported lazily), else a thread pool."""
     if ray_address:
-        try:
-            from prefect_ray import RayTaskRunner
-        except ImportError as exc:
-            raise ImportError(
-                "ray_address needs the 'ray' extra: pip install 'twinkle[ray]'"
-            ) from exc
-        return RayTaskRunner(address=ray_address)
+        return require("prefect_ray", "ray_address", "ray").RayTaskRunner(address=ray_address)
     from prefect.task_runners import ThreadPoolTaskRunner
 
     return ThreadPoolTaskRunner(max_workers=workers)
@@ -194,6 +191,29 @@ def needs_ray_switch(ray_address: str | None) -> bool:
     ctx = FlowRunContext.get()
     runner = getattr(ctx, "task_runner", None)
     return type(runner).__name__ != "RayTaskRunner"
+
+
+def on_ray_if_asked(flow_obj: Any, run: Any, tracking: Any, **params: Any) -> Any | None:
+    """Re-run ``flow_obj`` on Ray when ``run`` names a cluster this flow run is not on yet.
+
+    A flow's task runner is fixed when it starts, so a flow given ``run.ray_address`` calls
+    itself as a subflow with a ``RayTaskRunner`` and returns that subflow's result. The
+    subflow's MLflow run is keyed by this flow run (the one a retry reuses), not by the
+    subflow. Returns None when the flow should go on in this run (no address, or already
+    on Ray); the flows return dicts, so None never stands for a result.
+
+    Call it first in the flow body, with the flow's parameters besides ``tracking``/``run``
+    as keywords::
+
+        result = on_ray_if_asked(curation_flow, run, tracking, curation=curation)
+        if result is not None:
+            return result
+    """
+    if not needs_ray_switch(run.ray_address):
+        return None
+    tracking = tracking.model_copy(update={"run_key": tracking.run_key or flow_run_id()})
+    on_ray = flow_obj.with_options(task_runner=task_runner_for(run.ray_address, run.workers))
+    return on_ray(**params, tracking=tracking, run=run)
 
 
 def flow_run_id() -> str:

@@ -31,18 +31,18 @@ from flows.common import (
     files_fingerprint,
     fingerprint,
     flow_run_id,
-    needs_ray_switch,
+    on_ray_if_asked,
     output_dir,
     read_rows_cached,
     spans,
     stage_key,
     stage_task,
-    task_runner_for,
     work_path,
     write_work_rows,
 )
 from flows.params import CurationParams, RunParams, TrackingParams
 from flows.tracking import finish_tracking, log_curation, start_tracking
+from twinkle.errors import MissingExtraError
 
 
 def _dropped_log(path: str) -> str:
@@ -124,13 +124,14 @@ def pii_available() -> str | None:
         return "no PII filter in twinkle.preprocessor"
     for module in ("presidio_analyzer", "presidio_anonymizer", "spacy"):
         if importlib.util.find_spec(module) is None:
-            return f"{module} is not installed (pip install 'twinkle[pii]')"
+            return str(MissingExtraError("the PII step", "pii", module=module))
     return None
 
 
 @task(name="rewrite-pii", task_run_name="rewrite-pii-{shard}", cache_key_fn=stage_key)
 def rewrite_pii(source: str, shard: int, fp: str, out: str) -> dict[str, Any]:
-    """PIIPresidioFilter over one filtered shard: personal data rewritten before anything is traced."""
+    """PIIPresidioFilter over one filtered shard: personal data rewritten before anything is
+    traced."""
     from twinkle.preprocessor.chain import Stage, curate_rows
     from twinkle.preprocessor.pii_presidio_filter import PIIPresidioFilter
 
@@ -159,7 +160,8 @@ def rewrite_pii(source: str, shard: int, fp: str, out: str) -> dict[str, Any]:
 def write_curated(
     shards: list[str], logs: list[str], curated_path: str, dropped_path: str, fp: str
 ) -> dict[str, Any]:
-    """The curated file (the shards' rows, in order) and the merged dropped log (``{step, reason, row}`` lines)."""
+    """The curated file (the shards' rows, in order) and the merged dropped log
+    (``{step, reason, row}`` lines)."""
     from twinkle.io import write_rows
 
     if curated_path.endswith(".jsonl"):
@@ -272,7 +274,8 @@ def publish_curation(result: dict[str, Any]) -> None:
         markdown="\n".join(
             [
                 "# Curation",
-                f"- rows in: **{result['rows_in']}**, rows out: **{result['rows_out']}**, dropped: **{result['dropped']}**",
+                f"- rows in: **{result['rows_in']}**, rows out: **{result['rows_out']}**, "
+                f"dropped: **{result['dropped']}**",
                 f"- PII step: {result['pii']}",
                 f"- curated data: `{result['curated_path']}`",
                 f"- dropped log: `{result['dropped_path']}`",
@@ -294,12 +297,9 @@ def curation_flow(
         tracking or TrackingParams(),
         run or RunParams(),
     )
-    if needs_ray_switch(run.ray_address):
-        # The Ray run is a subflow: key MLflow by this flow run (the one a retry reuses), not by it.
-        tracking = tracking.model_copy(update={"run_key": tracking.run_key or flow_run_id()})
-        return curation_flow.with_options(
-            task_runner=task_runner_for(run.ray_address, run.workers)
-        )(curation, tracking, run)
+    on_ray = on_ray_if_asked(curation_flow, run, tracking, curation=curation)
+    if on_ray is not None:
+        return on_ray
     ctx = start_tracking(
         tracking,
         tracking.run_key or flow_run_id(),

@@ -23,12 +23,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from twinkle.preprocessor.chain import DEFAULT_CHAIN, FILTERS
+
 #: The repository root: bundled examples are found relative to it, whatever the cwd.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = PROJECT_ROOT / "examples"
 
-#: Per-batch steps of ``twinkle.preprocessor.chain`` (dedup is its own stage, see ``dedup``).
-DEFAULT_FILTERS = ["hard", "deadloop", "refuse", "soup", "normalize"]
+#: Per-batch steps of the default chain. Its global steps (dedup, neardedup) are left out:
+#: the flow runs them as its own dedup stage, switched by ``dedup`` and ``near_dedup``.
+DEFAULT_FILTERS = [name for name in DEFAULT_CHAIN if not FILTERS[name][2]]
 
 
 def _examples(*names: str) -> list[str]:
@@ -52,9 +55,12 @@ class CurationParams(_Params):
         description="Dataset name: MLflow tag and output file prefix.",
         pattern=r"^[A-Za-z0-9_.-]+$",
     )
-    dedup: bool = Field(True, description="Drop exact duplicate conversations (DedupFilter).")
+    dedup: bool = Field(
+        "dedup" in DEFAULT_CHAIN, description="Drop exact duplicate conversations (DedupFilter)."
+    )
     near_dedup: bool = Field(
-        False, description="Also drop near duplicates (NearDedupFilter, MinHash)."
+        "neardedup" in DEFAULT_CHAIN,
+        description="Also drop near duplicates (NearDedupFilter, MinHash).",
     )
     filters: list[str] = Field(
         default_factory=lambda: list(DEFAULT_FILTERS),
@@ -70,7 +76,8 @@ class CurationParams(_Params):
     )
     pii: Literal["auto", "on", "off"] = Field(
         "auto",
-        description="PII rewrite: 'auto' runs it when the pii extra is installed, 'on' requires it.",
+        description="PII rewrite: 'auto' runs it when the pii extra is installed, "
+        "'on' requires it.",
     )
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from prefect import flow
 
-from flows.common import flow_run_id, needs_ray_switch, task_runner_for
+from flows.common import flow_run_id, on_ray_if_asked
 from flows.curation import publish_curation, run_curation
 from flows.params import CurationParams, RolloutParams, RunParams, TrackingParams
 from flows.rollout import (
@@ -41,12 +41,9 @@ def pipeline_flow(
     """Curate conversations, re-run them in sandboxes (plus task environments), score, trace."""
     curation, rollout = curation or CurationParams(), rollout or RolloutParams()
     tracking, run = tracking or TrackingParams(), run or RunParams()
-    if needs_ray_switch(run.ray_address):
-        # The Ray run is a subflow: key MLflow by this flow run (the one a retry reuses), not by it.
-        tracking = tracking.model_copy(update={"run_key": tracking.run_key or flow_run_id()})
-        return pipeline_flow.with_options(
-            task_runner=task_runner_for(run.ray_address, run.workers)
-        )(curation, rollout, tracking, run)
+    on_ray = on_ray_if_asked(pipeline_flow, run, tracking, curation=curation, rollout=rollout)
+    if on_ray is not None:
+        return on_ray
     with sandbox_endpoint(rollout.sandbox) as endpoint:  # first: see sandbox_endpoint
         return _pipeline(curation, rollout, tracking, run, endpoint)
 

@@ -82,7 +82,7 @@ class StageProgress:
             return create_progress_artifact(
                 progress=self._percent(0), description=self._description(0)
             )
-        except Exception as exc:  # no run context or no API: progress is a convenience
+        except Exception as exc:  # noqa: BLE001 - no run context or API: progress is a convenience
             logger.debug("no progress artifact for %s: %s", self.stage, exc)
             return None
 
@@ -95,7 +95,7 @@ class StageProgress:
         for listener in list(self.listeners):
             try:
                 listener(self.stage, done, self.total)
-            except Exception as exc:  # a broken bar must not stop the stage
+            except Exception as exc:  # noqa: BLE001 - a broken bar must not stop the stage
                 logger.debug("progress listener failed: %s", exc)
         if artifact and self._artifact_id is not None:
             try:
@@ -106,7 +106,7 @@ class StageProgress:
                     progress=self._percent(done),
                     description=self._description(done),
                 )
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a failed update must not stop the stage
                 logger.warning("progress artifact update failed (%s); the stage goes on", exc)
                 self._artifact_id = None
 

@@ -48,13 +48,12 @@ from flows.common import (
     files_fingerprint,
     fingerprint,
     flow_run_id,
-    needs_ray_switch,
+    on_ray_if_asked,
     output_dir,
     read_rows_cached,
     spans,
     stage_key,
     stage_task,
-    task_runner_for,
     work_path,
     write_work_rows,
 )
@@ -170,7 +169,7 @@ def provision_sandboxes(
         try:
             env.reset()
             return env, None
-        except Exception as exc:  # this trajectory fails with the reason; the others go on
+        except Exception as exc:  # noqa: BLE001 - a failed reset fails only this trajectory
             env.close()
             return None, f"{type(exc).__name__}: {exc}"
 
@@ -226,7 +225,7 @@ def provision_openenvs(
             )
             first = env.reset(seed=user_data_get(ud, "seed"))
             tools = env.tools()
-        except Exception as exc:  # this episode fails with the reason; the others go on
+        except Exception as exc:  # noqa: BLE001 - this episode fails with the reason; others go on
             if env is not None:
                 with contextlib.suppress(Exception):
                     env.close()
@@ -276,7 +275,8 @@ def _score(
     replay: bool,
     environments: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Rewards of one finished trajectory: its task environment via the bridge, or replay fidelity."""
+    """Rewards of one finished trajectory: its task environment via the bridge, or replay
+    fidelity."""
     from twinkle.data_format import user_data_get
 
     if user_data_get(trajectory.get("user_data"), "env"):
@@ -480,7 +480,8 @@ def run_rollouts(
     retry_delay_seconds=1,
 )
 def write_trajectories(shards: list[str], path: str, fp: str) -> dict[str, Any]:
-    """The scored trajectories file: the shards in order (JSONL bytes appended, or Parquet by extension)."""
+    """The scored trajectories file: the shards in order (JSONL bytes appended, or Parquet by
+    extension)."""
     from twinkle.io import write_rows
 
     if path.endswith(".jsonl"):
@@ -609,12 +610,13 @@ def run_rollout(
     """The rollout stages as tasks of the current flow run; returns the stage summary.
 
     ``conversations`` (files, with their fingerprint) come from the curation stage in the
-    pipeline; standalone, ``params.conversations`` are read and hashed. The rollout runs as one task (one event loop, the
-    rollout's own asyncio concurrency) under the thread-pool runner, and as one task per
-    ``shard_size`` trajectories under Ray. With ``ctx`` each trajectory is traced while
-    the others still roll out; a stage found in the cache is traced from its file instead
-    (idempotent: traces already in the session are skipped). ``endpoint``: the sandbox API
-    (the ``SandboxEndpoint`` ``sandbox_endpoint`` yields), opened by the flow before any task runs.
+    pipeline; standalone, ``params.conversations`` are read and hashed. The rollout runs as one
+    task (one event loop, the rollout's own asyncio concurrency) under the thread-pool runner,
+    and as one task per ``shard_size`` trajectories under Ray. With ``ctx`` each trajectory is
+    traced while the others still roll out; a stage found in the cache is traced from its file
+    instead (idempotent: traces already in the session are skipped). ``endpoint``: the sandbox
+    API (the ``SandboxEndpoint`` ``sandbox_endpoint`` yields), opened by the flow before any task
+    runs.
     """
     started = time.perf_counter()
     out = output_dir(run.output_dir)
@@ -770,9 +772,12 @@ def publish_rollout(result: dict[str, Any], tracked: dict[str, Any]) -> None:
             [
                 "# Rollout and scoring",
                 f"- policy: `{result['policy']}`; trajectories: **{result['trajectories']}**",
-                f"- stop reasons: {', '.join(f'{k}={v}' for k, v in sorted(stops.items())) or 'none'}",
-                f"- mean reward (total): **{tracked.get('reward.total.mean', 'n/a')}**, pass rate: {tracked.get('pass_rate', 'n/a')}",
-                f"- traces written: {tracked.get('traces_written', 0)} (already there: {tracked.get('traces_existing', 0)})",
+                "- stop reasons: "
+                f"{', '.join(f'{k}={v}' for k, v in sorted(stops.items())) or 'none'}",
+                f"- mean reward (total): **{tracked.get('reward.total.mean', 'n/a')}**, "
+                f"pass rate: {tracked.get('pass_rate', 'n/a')}",
+                f"- traces written: {tracked.get('traces_written', 0)} "
+                f"(already there: {tracked.get('traces_existing', 0)})",
                 *[f"- skipped {k}: {v}" for k, v in result["skipped"].items()],
                 f"- scored trajectories: `{result['scored_path']}`",
             ]
@@ -816,12 +821,9 @@ def rollout_flow(
         tracking or TrackingParams(),
         run or RunParams(),
     )
-    if needs_ray_switch(run.ray_address):
-        # The Ray run is a subflow: key MLflow by this flow run (the one a retry reuses), not by it.
-        tracking = tracking.model_copy(update={"run_key": tracking.run_key or flow_run_id()})
-        return rollout_flow.with_options(task_runner=task_runner_for(run.ray_address, run.workers))(
-            rollout, tracking, run
-        )
+    on_ray = on_ray_if_asked(rollout_flow, run, tracking, rollout=rollout)
+    if on_ray is not None:
+        return on_ray
     with sandbox_endpoint(rollout.sandbox) as endpoint:  # first: see sandbox_endpoint
         ctx = start_tracking(
             tracking,

@@ -23,7 +23,12 @@ from flows.common import Tracking, tracking_target
 from flows.params import TrackingParams
 from twinkle.tracking.traces import trajectory_key
 
-_IO = dict(retries=2, retry_delay_seconds=[1, 5], cache_policy=NO_CACHE, persist_result=False)
+_IO = {
+    "retries": 2,
+    "retry_delay_seconds": [1, 5],
+    "cache_policy": NO_CACHE,
+    "persist_result": False,
+}
 
 # Traces are written, and charts drawn, by one helper process per flow-run process
 # (``TraceWriterProcess``): CPU-bound SQLAlchemy and matplotlib work that would otherwise
@@ -152,7 +157,8 @@ def trace_file(trace: dict[str, Any], path: str, offset: int, shard: int) -> dic
 
 @task(name="log-rollout", task_run_name="log-rollout", **_IO)
 def log_rollout(tracking: Tracking, stage: str, result: dict[str, Any]) -> dict[str, Any]:
-    """Rollout + scoring stage: metrics, reward plots, the scored file, trace counts; closes the stage."""
+    """Rollout + scoring stage: metrics, reward plots, the scored file, trace counts; closes the
+    stage."""
     tracker = tracking.tracker
     from flows.common import read_rows_cached
 

@@ -6,7 +6,8 @@ import socket
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (for a server to bind, or to stay dead)."""
+    """A TCP port on 127.0.0.1 that was free a moment ago (for a server to bind, or to stay
+    dead)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

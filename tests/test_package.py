@@ -65,3 +65,10 @@ def test_missing_optional_extra_names_the_extra():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "pii" in out.stdout
+
+
+def test_preprocessor_all_lists_the_eager_and_lazy_names():
+    import twinkle.preprocessor as pre
+
+    eager = {"Filter", "Mapper", "map_col_to_row", "map_row_to_col"}
+    assert sorted(pre.__all__) == sorted(eager | set(pre._LAZY))

@@ -13,7 +13,9 @@ around a dataset read still works::
     │   ├── IsolationError (RuntimeError)     bubblewrap missing or unable to make namespaces
     │   ├── SetupError (RuntimeError)         a template's setup command failed
     │   ├── InitError (OSError)               the sandbox's init is gone
-    │   └── RpcError                          a Connect (envd) error with its code
+    │   ├── RpcError                          a Connect (envd) error with its code
+    │   └── ThroughSymlink, OutsideSandbox    a path the host-side file code leaves to the
+    │                                         sandbox (caught inside the server)
     ├── EnvError                            twinkle.envs / twinkle.container / twinkle.core
     │   └── ContainerEnvironmentError (RuntimeError)
     └── TrackingError (RuntimeError)        twinkle.tracking: MLflow could not be written

@@ -1,4 +1,5 @@
-"""Cleaners and resolve_cleaners (with the D5, D7 and D8 fixes)."""
+"""Cleaners and resolve_cleaners: think blocks cut even when unclosed or orphaned, trailing
+punctuation stripped without touching inner dots, LaTeX dollars removed only as a balanced pair."""
 
 import pytest
 
@@ -37,7 +38,7 @@ def test_strip_special_tokens():
         ("<think>\nmulti\nline\n</think>42", "42"),
     ],
 )
-def test_strip_thinking_tokens_d7(text, expected):
+def test_strip_thinking_tokens_unclosed_and_orphan_tags(text, expected):
     assert strip_thinking_tokens(text) == expected
 
 
@@ -55,7 +56,7 @@ def test_strip_thinking_tokens_d7(text, expected):
         ("a,.,", "a"),
     ],
 )
-def test_strip_trailing_punctuation_d5(text, expected):
+def test_strip_trailing_punctuation_keeps_inner_dots(text, expected):
     assert strip_trailing_punctuation(text) == expected
 
 
@@ -89,7 +90,7 @@ def test_strip_surrounding_quotes(text, expected):
         ("42", "42"),
     ],
 )
-def test_strip_latex_dollars_d8(text, expected):
+def test_strip_latex_dollars_only_balanced_pairs(text, expected):
     assert strip_latex_dollars(text) == expected
 
 

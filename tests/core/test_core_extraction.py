@@ -1,4 +1,5 @@
-"""Answer extractors: the seed's behaviour, the fixed defects (D1-D4, D6, D9), bad input."""
+"""Answer extractors: the answer each returns (grouped digits, fractions, signs, ``####`` and
+boxed answers, choice letters), their metadata, and bad or hostile input."""
 
 import re
 

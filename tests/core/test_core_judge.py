@@ -60,7 +60,7 @@ def test_extract_judge_score(text, expected):
     assert extract_judge_score(text) == expected
 
 
-def test_templates_and_validation_d13():
+def test_templates_and_validation():
     assert set(JUDGE_TEMPLATES) == {"correctness", "helpfulness", "safety", "iterative_feedback"}
     for t in JUDGE_TEMPLATES.values():
         assert t.system_prompt and t.score_range == (1.0, 10.0)

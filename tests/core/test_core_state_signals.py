@@ -52,7 +52,7 @@ def test_frozen_types():
             setattr(obj, field, None)
 
 
-def test_with_metadata_copies_info_d11():
+def test_with_metadata_copies_info():
     s = _state(info={"k": 1})
     t = s.with_metadata(step=3, is_terminal=True)
     assert (t.metadata.step, t.metadata.is_terminal, t.metadata.episode_id) == (3, True, "ep")
@@ -126,7 +126,7 @@ def test_images():
     assert not obs.strip_images().get_images()
 
 
-def test_ground_truth_lookup_d12():
+def test_ground_truth_lookup():
     @dataclass
     class Hidden:
         answer: str | None = None
@@ -199,7 +199,7 @@ def test_signal_bundle():
     assert b.feedback_texts() == ("check units", "ok")
     assert b.as_dict() == {"correctness": 0.8, "hint": None, "format": 1.0}
     empty = SignalBundle.empty()
-    assert empty.total == 0.0 and isinstance(empty.total, float)  # D10
+    assert empty.total == 0.0 and isinstance(empty.total, float)  # a float even with no signals
     single = SignalBundle.single(1, name="r", reward_type=RewardType.STEP)
     assert single.by_name("r").reward_type is RewardType.STEP and isinstance(single.total, float)
     assert SignalBundle([Signal("a", RewardType.STEP, 1.0)]).signals[0].name == "a"

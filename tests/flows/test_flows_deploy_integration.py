@@ -1,5 +1,5 @@
-"""prefect.yaml for real: `prefect server start`, a process work pool, `prefect deploy --all`, a worker,
-a triggered deployment run that completes, then the infra scripts stop worker and server."""
+"""prefect.yaml for real: `prefect server start`, a process work pool, `prefect deploy --all`, a
+worker, a triggered deployment run that completes, then the infra scripts stop worker and server."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The flows under a real Prefect API, with a real MLflow store, sandbox server and OpenAI-compatible server."""
+"""The flows under a real Prefect API, with a real MLflow store, sandbox server and
+OpenAI-compatible server."""
 
 from __future__ import annotations
 
@@ -104,7 +105,8 @@ def test_rerun_with_the_same_key_resumes_cached_stages_without_duplicates(
     results = [p for p in (tmp_path / "out" / ".prefect-results").rglob("*") if p.is_file()]
     assert results and max(p.stat().st_size for p in results) < 20_000
 
-    # Another run (new key) over the same outputs: stages cached, its own traces written from the file.
+    # Another run (new key) over the same outputs: stages cached, its own traces written from the
+    # file.
     other = pipeline_flow(
         cur,
         rol,
@@ -209,7 +211,8 @@ from flows.pipeline import pipeline_flow
 from flows.params import CurationParams, PolicyParams, RolloutParams, RunParams, TrackingParams
 pipeline_flow(CurationParams(inputs=[sys.argv[1]], pii="off"),
               RolloutParams(tasks=[], policy=PolicyParams(base_url=sys.argv[2], model="m")),
-              TrackingParams(tracking_uri=sys.argv[3], run_key="killed"), RunParams(output_dir=sys.argv[4]))
+              TrackingParams(tracking_uri=sys.argv[3], run_key="killed"),
+              RunParams(output_dir=sys.argv[4]))
 """
 
 

@@ -1,4 +1,5 @@
-"""flows.progress: stage progress pushed to listeners (the CLI bar) and to a Prefect progress artifact."""
+"""flows.progress: stage progress pushed to listeners (the CLI bar) and to a Prefect progress
+artifact."""
 
 from __future__ import annotations
 

@@ -37,7 +37,8 @@ RAY = [sys.executable, "-m", "ray.scripts.scripts"]
 
 @pytest.fixture(scope="module")
 def ray_head(prefect_api):
-    """``(address, worker_logs_dir)`` of a 2-CPU Ray head started for this module, stopped after it."""
+    """``(address, worker_logs_dir)`` of a 2-CPU Ray head started for this module, stopped after
+    it."""
     import ray
     from ray._private.authentication_test_utils import reset_auth_token_state
 

@@ -127,8 +127,10 @@ def test_bulk_rows_read_back_like_start_trace_and_log_spans_rows(tmp_path, monke
             tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
             out = {t: db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}
             out["trace_info"] = db.execute(
-                "SELECT request_id, timestamp_ms, execution_time_ms, status, db_payload_generation, session_id, "
-                "trace_name, input_tokens, output_tokens, total_tokens FROM trace_info ORDER BY request_id"
+                "SELECT request_id, timestamp_ms, execution_time_ms, status, "
+                "db_payload_generation, session_id, trace_name, input_tokens, output_tokens, "
+                "total_tokens "
+                "FROM trace_info ORDER BY request_id"
             ).fetchall()
             out["spans"] = db.execute("SELECT * FROM spans ORDER BY trace_id, span_id").fetchall()
             out["trace_request_metadata"] = db.execute(

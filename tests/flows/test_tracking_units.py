@@ -1,4 +1,5 @@
-"""twinkle.tracking against a real MLflow SQLite store: secrets, spans, sampling, caps, idempotency."""
+"""twinkle.tracking against a real MLflow SQLite store: secrets, spans, sampling, caps,
+idempotency."""
 
 from __future__ import annotations
 

@@ -98,7 +98,8 @@ def test_code_trajectories_are_scored_from_tool_writes_and_final_text():
         "type": "function",
         "function": {
             "name": "write_file",
-            "arguments": '{"path": "solution.py", "content": "def add_numbers(a, b):\\n    return 9\\n"}',
+            "arguments": '{"path": "solution.py", '
+            '"content": "def add_numbers(a, b):\\n    return 9\\n"}',
         },
     }
     rows[0]["messages"] += [

@@ -87,9 +87,11 @@ def test_concurrent_clients_get_their_own_answers(math_server):
 
 
 def test_server_errors_become_container_errors(math_server):
-    with ContainerEnvironment(math_server) as env:
-        with pytest.raises(ContainerEnvironmentError, match="IndexError: task_index 500"):
-            env.reset(options={"task_index": 500})
+    with (
+        ContainerEnvironment(math_server) as env,
+        pytest.raises(ContainerEnvironmentError, match="IndexError: task_index 500"),
+    ):
+        env.reset(options={"task_index": 500})
     bad = httpx.post(math_server + "/step", json={"state": "nonsense", "action": {}})
     assert bad.status_code == 400 and "error" in bad.json()
     assert httpx.post(math_server + "/reset", content=b"[1, 2]").status_code == 400

@@ -179,9 +179,17 @@ GOOD = "def add_numbers(a, b):\n    return a + b\n"
 CHEATS = {
     "exit_zero": "import sys\nprint('ALL TESTS PASSED')\nsys.exit(0)\n",
     "hard_exit": "import os\nos._exit(0)\n",
-    "always_equal": "class E:\n    def __eq__(self, o): return True\n\ndef add_numbers(a, b):\n    return E()\n",
-    "int_subclass": "class I(int):\n    def __eq__(self, o): return True\n\ndef add_numbers(a, b):\n    return I(42)\n",
-    "fake_marker": "print('TWINKLE-RESULT-' + '0' * 32 + '[{\"value\": [\"int\", \"5\"]}]')\ndef add_numbers(a, b):\n    return 42\n",
+    "always_equal": (
+        "class E:\n    def __eq__(self, o): return True\n\ndef add_numbers(a, b):\n    return E()\n"
+    ),
+    "int_subclass": (
+        "class I(int):\n    def __eq__(self, o): return True\n\n"
+        "def add_numbers(a, b):\n    return I(42)\n"
+    ),
+    "fake_marker": (
+        "print('TWINKLE-RESULT-' + '0' * 32 + '[{\"value\": [\"int\", \"5\"]}]')\n"
+        "def add_numbers(a, b):\n    return 42\n"
+    ),
     "rewrite_grader": (
         "import os, json\n"
         "here = os.path.dirname(os.path.abspath(__file__))\n"

@@ -11,18 +11,23 @@ LOOPS = {
     "Oh wait, I'm getting confused. Hmm... wait, let me reconsider. ",
     "zh": "等等，不对，让我重新想想。嗯嗯，我又搞错了。呃，我好像弄错了。我有点搞不清楚了。",
     "ja": "えっと、ちょっと待って。うーん、もう一度考え直します。いや待って、混乱してきた。",
-    "ko": "잠깐만요... 음... 다시 생각해 볼게요. 어... 잠깐, 헷갈려서 다시 해 보겠습니다. 계속 틀리네요.",
+    "ko": "잠깐만요... 음... 다시 생각해 볼게요. "
+    "어... 잠깐, 헷갈려서 다시 해 보겠습니다. 계속 틀리네요.",
 }
 CLEAN = {
     "en": "I ran the command in the sandbox, so the value above is exactly what python3 printed. "
     "You can await the next step once the file is in place; wait for the write to finish first. "
     "Hmm, one detail: the path is absolute, so the working directory does not matter.",
-    "zh": "我是在沙箱里实际运行的命令，所以上面的值就是 python3 的原始输出。嗯，还有一点：路径是绝对路径，所以工作目录不影响结果。"
+    "zh": "我是在沙箱里实际运行的命令，所以上面的值就是 python3 的原始输出。"
+    "嗯，还有一点：路径是绝对路径，所以工作目录不影响结果。"
     "以后如果要再检查，可以直接重新运行这条命令，它没有副作用。",
-    "ja": "コマンドはサンドボックスで実際に実行したので、上の値は python3 が表示したそのままです。えっと、補足すると、"
+    "ja": "コマンドはサンドボックスで実際に実行したので、"
+    "上の値は python3 が表示したそのままです。えっと、補足すると、"
     "パスは絶対パスなので作業ディレクトリは関係ありません。",
-    "ko": "다음 단계에서는 결과를 파일로 저장할 수 있어요. 음식 주문 데이터도 같은 방식으로 정리했습니다. "
-    "음, 한 가지 덧붙이면 경로가 절대 경로라서 작업 디렉터리는 상관없어요. 어떻게 실행했는지도 위에 적어 두었습니다.",
+    "ko": "다음 단계에서는 결과를 파일로 저장할 수 있어요. "
+    "음식 주문 데이터도 같은 방식으로 정리했습니다. "
+    "음, 한 가지 덧붙이면 경로가 절대 경로라서 작업 디렉터리는 상관없어요. "
+    "어떻게 실행했는지도 위에 적어 두었습니다.",
 }
 
 
@@ -74,8 +79,8 @@ def test_short_reply_with_one_hmm_is_kept():
 
 def test_korean_um_eo_only_as_interjections():
     prose = (
-        "다음 단계로 진행할 수 있어. 음식은 어떻게 만들어요? 있어요. 어디에 저장했는지 다음에 알려 드릴게요. "
-        * 5
+        "다음 단계로 진행할 수 있어. 음식은 어떻게 만들어요? 있어요. "
+        "어디에 저장했는지 다음에 알려 드릴게요. " * 5
     )
     assert reason(convo(prose)) is None
     stutter = "음... 어... 음. 어? 음... 이게 맞나. " * 4
@@ -85,9 +90,9 @@ def test_korean_um_eo_only_as_interjections():
 def test_think_profile_is_laxer_than_response_profile():
     # Three markers in ~260 characters: above the response density (7/1000), below think (15/1000).
     text = (
-        "Hmm, let me check the product first. The sandbox prints 391 for 17 times 23, which matches "
-        "the estimate of about 400. Wait, that's wrong about the estimate, it is 391 exactly. Hmm, fine, "
-        "the tool output is what matters here and I will report it as is."
+        "Hmm, let me check the product first. The sandbox prints 391 for 17 times 23, which "
+        "matches the estimate of about 400. Wait, that's wrong about the estimate, it is 391 "
+        "exactly. Hmm, fine, the tool output is what matters here and I will report it as is."
     )
     f = DeadLoopFilter()
     assert f.segment_stuck(text) is True
@@ -102,7 +107,10 @@ def test_text_before_the_think_block_is_response():
 
 
 def test_repetitive_think_block_is_dropped():
-    block = "The user wants the product of two numbers so I will run python3 in the sandbox and print it. "
+    block = (
+        "The user wants the product of two numbers so I will run python3 in the sandbox and "
+        "print it. "
+    )
     assert reason(convo({"content": "391", "reasoning_content": block * 12})) == "dead_loop"
     zh = "用户想要两个数的乘积，所以我在沙箱里运行 python3 并打印结果。"
     assert reason(convo(f"<think>{zh * 20}</think>391")) == "dead_loop"

@@ -200,14 +200,18 @@ def test_column_input_and_params_validation():
 # --- near duplicates ---------------------------------------------------------------------
 
 BASE = (
-    "please inspect the repository layout then list every python file under src and report how many "
-    "lines each file has sorted by size with the largest first and explain what the biggest one does"
+    "please inspect the repository layout then list every python file under src and report how "
+    "many lines each file has sorted by size with the largest first and explain what the biggest "
+    "one does"
 )
 
 
 def test_near_duplicate_dropped_and_exact_text_change_kept_apart():
     edited = BASE.replace("largest", "biggest")
-    other = "write a haiku about autumn leaves falling on a quiet pond at dusk while the city sleeps nearby"
+    other = (
+        "write a haiku about autumn leaves falling on a quiet pond at dusk while the city sleeps "
+        "nearby"
+    )
     rows = [conv(BASE, id_=0), conv(edited, id_=1), conv(other, id_=2)]
     kept, dropped = NearDedupFilter(threshold=0.7)(rows)
     assert ids(kept) == [0, 2]
@@ -237,7 +241,10 @@ def test_near_dedup_keeps_longest_copy():
 
 
 def test_near_dedup_cjk_text_and_system_prompt_ignored():
-    zh = "请帮我检查这个仓库的目录结构然后列出所有的源代码文件并统计每个文件的行数按照大小排序最大的放在最前面"
+    zh = (
+        "请帮我检查这个仓库的目录结构然后列出所有的源代码文件"
+        "并统计每个文件的行数按照大小排序最大的放在最前面"
+    )
     zh2 = zh.replace("最前面", "第一个")
     sys_prompt = "You are a very long shared system prompt. " * 20
     rows = [

@@ -62,10 +62,14 @@ def test_simple_queries_without_thinking_are_trivial(query):
 @pytest.mark.parametrize(
     "query",
     [
-        "Can you explain why my list comprehension over a large CSV gets slow, and what to change for a million rows?",
-        "能解释一下为什么我用列表推导式过滤一个很大的 CSV 时会变慢吗？要处理几百万行的话应该怎么改？",
-        "大きな CSV をリスト内包表記でフィルタすると遅くなるのはなぜですか？数百万行に対応させるにはどうすればよいでしょうか。",
-        "큰 CSV를 리스트 컴프리헨션으로 필터링하면 왜 느려지는지 설명해 줄 수 있나요? 수백만 행까지 처리하려면 무엇을 바꿔야 할까요?",
+        "Can you explain why my list comprehension over a large CSV gets slow, and what to change "
+        "for a million rows?",
+        "能解释一下为什么我用列表推导式过滤一个很大的 CSV 时会变慢吗？"
+        "要处理几百万行的话应该怎么改？",
+        "大きな CSV をリスト内包表記でフィルタすると遅くなるのはなぜですか？"
+        "数百万行に対応させるにはどうすればよいでしょうか。",
+        "큰 CSV를 리스트 컴프리헨션으로 필터링하면 왜 느려지는지 설명해 줄 수 있나요? "
+        "수백만 행까지 처리하려면 무엇을 바꿔야 할까요?",
     ],
 )
 def test_substantive_questions_with_full_answers_are_kept(query):

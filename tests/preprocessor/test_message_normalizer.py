@@ -143,7 +143,8 @@ def test_broken_tool_call_json_is_left_untouched():
 
 def test_hermes_blocks_in_content_become_tool_calls_and_results():
     content = (
-        '<think>need files</think>Let me look.\n<tool_call>\n{"name": "ls", "arguments": {"path": "/"}}\n'
+        "<think>need files</think>Let me look.\n"
+        '<tool_call>\n{"name": "ls", "arguments": {"path": "/"}}\n'
         '</tool_call>\n<tool_call>{"name": "cat", "arguments": "{\\"f\\": \\"a\\"}"}</tool_call>'
     )
     msgs = [
@@ -197,7 +198,10 @@ def test_text_outside_tool_response_stays_a_user_turn():
 
 
 def test_qwen_xml_function_form():
-    content = "<tool_call>\n<function=write>\n<parameter=path>\na.py\n</parameter>\n<parameter=n>\n3\n</parameter>\n</function>\n</tool_call>"
+    content = (
+        "<tool_call>\n<function=write>\n<parameter=path>\na.py\n</parameter>\n"
+        "<parameter=n>\n3\n</parameter>\n</function>\n</tool_call>"
+    )
     out = norm([U("write it"), A(content)])
     assert out[1]["tool_calls"][0]["function"] == {
         "name": "write",

@@ -12,7 +12,6 @@ from twinkle.preprocessor.quality import (
     PipelineStats,
     QualityPreprocessor,
     append_dropped,
-    merge_dropped_shards,
     run_quality_pipeline,
     stats_from_marks,
     truncate_dropped_logs,
@@ -163,8 +162,12 @@ def test_existing_log_is_never_deleted_and_truncate_is_explicit(tmp_path):
     assert [r["step"] for r in read_log(log)] == ["earlier", "OddId"]
     QualityPreprocessor([OddId()], dropped_log_path=str(log))
     assert len(read_log(log)) == 2
+    (tmp_path / "dropped.jsonl.123").write_text("a per-process shard")
+    (tmp_path / "dropped.jsonl.tmp").write_text("not a shard")
     truncate_dropped_logs(str(log))
     assert log.read_text() == ""
+    assert not (tmp_path / "dropped.jsonl.123").exists()
+    assert (tmp_path / "dropped.jsonl.tmp").exists()
 
 
 def test_non_serialisable_and_unicode_rows_are_logged(tmp_path):
@@ -179,20 +182,9 @@ def test_non_serialisable_and_unicode_rows_are_logged(tmp_path):
     assert append_dropped("", "S", [{"a": 1}]) == 0
 
 
-def test_merge_dropped_shards(tmp_path):
-    log = tmp_path / "d.jsonl"
-    log.write_text('{"step": "a", "reason": "r", "row": {}}\n')
-    (tmp_path / "d.jsonl.123").write_text('{"step": "b", "reason": "r", "row": {}}')
-    (tmp_path / "d.jsonl.tmp").write_text("not a shard")
-    assert merge_dropped_shards(str(log)) == 2
-    assert not (tmp_path / "d.jsonl.123").exists() and (tmp_path / "d.jsonl.tmp").exists()
-    assert [r["step"] for r in read_log(log)] == ["a", "b"]
-    assert merge_dropped_shards(str(tmp_path / "none.jsonl")) == 0
-
-
 def _writer(path, k):
     qp = QualityPreprocessor([OddId()], dropped_log_path=path)
-    for b in range(20):
+    for _ in range(20):
         qp(
             [
                 {

@@ -174,7 +174,7 @@ def test_conservation_and_kept_rows_unchanged(f, batch):
     kept, dropped = f(batch)
     assert len(kept) + len(dropped) == len(batch)
     assert batch == before  # the input is not mutated
-    originals = [r for r in before]
+    originals = list(before)
     for row in kept:
         assert row in originals  # kept rows come back as they went in
     for d in dropped:

@@ -14,12 +14,16 @@ from twinkle.preprocessor.token_soup import (
 GARBLE = "ção фл 的 ساعة ภาษา 치 ления ▁the ção 的な ساعة ภาษ ของ ения 습니 τη ου של " * 3
 CLEAN = {
     "en": "I wrote /home/user/fib.py and ran it; it prints [0, 1, 1, 2, 3, 5, 8]. See https://docs.python.org/3/.",
-    "zh": "我已经写好 /home/user/fib.py 并运行，输出是 [0, 1, 1, 2, 3, 5, 8]。使用Python的requests库发送HTTP请求也可以。",
-    "ja": "日本語の文章はひらがなとカタカナと漢字を混ぜて書きます。Pythonで処理して、結果をJSONで保存しました。"
+    "zh": "我已经写好 /home/user/fib.py 并运行，输出是 [0, 1, 1, 2, 3, 5, 8]。"
+    "使用Python的requests库发送HTTP请求也可以。",
+    "ja": "日本語の文章はひらがなとカタカナと漢字を混ぜて書きます。"
+    "Pythonで処理して、結果をJSONで保存しました。"
     "ファイルは /home/user/note.txt にあります。",
-    "ko": "먼저 Python 스크립트로 결과를 계산합니다. 함수의 반환 값이 정확하므로 다음 단계로 진행할 수 있습니다. "
+    "ko": "먼저 Python 스크립트로 결과를 계산합니다. "
+    "함수의 반환 값이 정확하므로 다음 단계로 진행할 수 있습니다. "
     "설정은 config.json에 저장했어요.",
-    "code": "```python\ndef fib(n):\n    a, b = 0, 1\n    for _ in range(n):\n        yield a\n        a, b = b, a + b\n```\n"
+    "code": "```python\ndef fib(n):\n    a, b = 0, 1\n    for _ in range(n):\n"
+    "        yield a\n        a, b = b, a + b\n```\n"
     "# ======================================\n| col | value |\n|-----|-------|",
     "json": json.dumps(
         {"名前": "テスト", "이름": "테스트", "name": "test", "url": "https://example.com/a?b=1"},

@@ -126,7 +126,8 @@ def test_multi_turn_rollout_is_token_exact_end_to_end(tokenizer, template, model
         positions = [i for i, label in enumerate(labels) if label != -100]
         assert [ids[i] for i in positions] == [labels[i] for i in positions]
         assert len(positions) == len(out["logprobs"])
-        # Every trainable token's logprob is the model's, at that exact position of the final sequence.
+        # Every trainable token's logprob is the model's, at that exact position of the final
+        # sequence.
         reference = forward_logprobs(model, ids)
         assert out["logprobs"] == pytest.approx([reference[i] for i in positions], abs=1e-4)
         assert tokenizer.decode(ids) == template.render(

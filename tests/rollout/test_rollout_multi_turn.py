@@ -34,7 +34,10 @@ class Echo(Tool):
 def call_text(name="echo", text="a"):
     # Exactly how the chat template renders a call, so the whole sequence can be compared
     # with one rendering of the final conversation.
-    return f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps({"text": text})}}}\n</tool_call>'
+    return (
+        f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps({"text": text})}}}\n'
+        "</tool_call>"
+    )
 
 
 def tool_turns(tokenizer, n_tools, final="All done."):

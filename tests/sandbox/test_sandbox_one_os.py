@@ -32,7 +32,8 @@ LIST_PROCESSES = (
     'python -c "import os\n'
     "for p in os.listdir('/proc'):\n"
     "    if p.isdigit():\n"
-    "        try: print(p, open(f'/proc/{p}/cmdline', 'rb').read().replace(b'\\0', b' ').decode())\n"
+    "        try: print(p, open(f'/proc/{p}/cmdline', 'rb').read()"
+    ".replace(b'\\0', b' ').decode())\n"
     '        except OSError: pass"'
 )
 

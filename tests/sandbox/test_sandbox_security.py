@@ -82,7 +82,7 @@ def test_cannot_read_another_sandboxs_files(pair, server):
     run(b, f"ln -s {a_dir}/home/secret.txt /home/user/link")
     try:
         leaked = b.files.read("/home/user/link")
-    except Exception:
+    except Exception:  # noqa: BLE001 - any refusal to read the link means nothing leaked
         leaked = ""
     assert "top-secret-a" not in leaked
 

@@ -16,6 +16,8 @@ import importlib
 
 import click
 
+from twinkle.errors import MissingExtraError
+
 # name -> (module, attribute, one-line help); modules are imported lazily.
 _COMMANDS = {
     "run": ("twinkle.cli.run", "run", "Run the whole pipeline (curate, roll out, score, track)."),
@@ -35,15 +37,17 @@ class _LazyGroup(click.Group):
         module, attr, _ = _COMMANDS[name]
         try:
             return getattr(importlib.import_module(module), attr)
+        except MissingExtraError as exc:
+            # A command that requires its extra on import: the error already names the pip line.
+            raise click.ClickException(f"'twinkle {name}': {exc}") from exc
         except ModuleNotFoundError as exc:
             if exc.name and exc.name.startswith("twinkle"):
                 raise click.ClickException(
                     f"'twinkle {name}' is not available in this build ({exc})."
-                )
-            raise click.ClickException(
-                f"'twinkle {name}' needs the package '{exc.name}'. Install it with: pip install 'twinkle[...]' "
-                "(see README, 'Installation')."
-            )
+                ) from exc
+            # The command modules import only core dependencies, whose pip name is the module's.
+            missing = MissingExtraError(f"'twinkle {name}'", package=exc.name)
+            raise click.ClickException(f"{missing} (see README, 'Installation').") from exc
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, _COMMANDS[name][2]) for name in self.list_commands(ctx)]

@@ -18,8 +18,9 @@ from typing import Any
 import click
 
 from twinkle.io import SUFFIXES, DatasetFormatError, count_rows, read_rows, write_rows
+from twinkle.preprocessor.chain import DEFAULT_CHAIN
 
-_DEFAULT = "dedup,hard,deadloop,refuse,soup,normalize"
+_DEFAULT = ",".join(DEFAULT_CHAIN)
 
 
 def _expand(inputs: tuple[str, ...]) -> list[Path]:

@@ -234,9 +234,11 @@ def _report(s: dict, uri: str) -> None:
     lines = [
         "",
         "What happened",
-        f"  curation      {s['rows_in']} rows in -> {s['rows_out']} rows out ({s['dropped']} dropped: {drops})",
+        f"  curation      {s['rows_in']} rows in -> {s['rows_out']} rows out "
+        f"({s['dropped']} dropped: {drops})",
         f"  PII step      {s['pii']}",
-        f"  rollout       {s['trajectories']} trajectories with policy {s['policy']}, {s['failed']} failed",
+        f"  rollout       {s['trajectories']} trajectories with policy {s['policy']}, "
+        f"{s['failed']} failed",
         f"  stop reasons  {stops}",
         f"  mean reward   {mean_text}   pass rate {rate_text}",
         f"  traces        {s['traces_written']} written to MLflow (run {s['mlflow_run_id']})",
@@ -248,7 +250,8 @@ def _report(s: dict, uri: str) -> None:
         "",
         "Review it",
         f"  mlflow ui --backend-store-uri {uri} --port 5000      # runs, metrics, plots, traces",
-        "  prefect server start                                   # flow runs, task states, artifacts",
+        "  prefect server start                                   "
+        "# flow runs, task states, artifacts",
     ]
     click.echo("\n".join(lines))
     sys.stdout.flush()

@@ -40,11 +40,12 @@ from twinkle.core.environment import EnvironmentSpec, StepResult
 from twinkle.core.signals import RewardFunction, SignalBundle
 from twinkle.core.state import Action, State
 from twinkle.core.tools import ToolDefinition
+from twinkle.errors import EnvError
 
 __all__ = ["ContainerEnvironment", "ContainerEnvironmentError"]
 
 
-class ContainerEnvironmentError(RuntimeError):
+class ContainerEnvironmentError(EnvError, RuntimeError):
     """The environment server answered with an error, or could not be reached.
 
     Example:

@@ -99,7 +99,8 @@ class OpaqueHidden:
 
 
 def plain(value: Any, depth: int = 0) -> Any:
-    """``value`` as JSON-ready data: dataclasses and mappings to dicts, enums to values, others to str."""
+    """``value`` as JSON-ready data: dataclasses and mappings to dicts, enums to values, others to
+    str."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if depth > 40:

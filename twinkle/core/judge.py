@@ -21,18 +21,18 @@ Example:
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import re
 import string
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from twinkle.core.backend import ChatMessage, GenerationResult, ModelBackend
 from twinkle.core.signals import RewardType, Signal
 from twinkle.core.state import Action, State, find_ground_truth
 from twinkle.data_format import SamplingParams
+from twinkle.utils.aio import run_sync
 
 __all__ = [
     "JUDGE_TEMPLATES",
@@ -44,7 +44,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
 ScoreExtractor = Callable[[str], "float | None"]
 
 _BRACKET_SCORE = re.compile(r"\[\[\s*(\d+(?:\.\d+)?)\s*\]\]")
@@ -57,11 +56,9 @@ def extract_judge_score(text: str) -> float | None:
     if not isinstance(text, str) or not text:
         return None
     for pattern in (_BRACKET_SCORE, _LABEL_SCORE):
-        last = None
-        for last in pattern.finditer(text):
-            pass
-        if last is not None:
-            return float(last.group(1))
+        matches = pattern.findall(text)
+        if matches:
+            return float(matches[-1])
     return None
 
 
@@ -164,17 +161,6 @@ JUDGE_TEMPLATES: dict[str, JudgePromptTemplate] = {
         ),
     ),
 }
-
-
-def _run_blocking(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` to completion from synchronous code, even inside a running loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    # A loop is running in this thread (a notebook, an async caller): use a worker thread.
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
 
 
 class JudgeReward:
@@ -311,7 +297,7 @@ class JudgeReward:
         text = result.text or ""
         try:
             raw = self.score_extractor(text)
-        except Exception as exc:  # a custom extractor's bug is a failed extraction
+        except Exception as exc:  # noqa: BLE001 - a custom extractor's bug is a failed extraction
             return self._failed(
                 "no_score", f"score extractor failed: {type(exc).__name__}: {exc}", result
             )
@@ -340,7 +326,7 @@ class JudgeReward:
             result = self.backend.generate_chat(
                 self.messages(question, response, ground_truth), self.sampling_params
             )
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - never raises; a failed call is an error signal
             return self._error(exc)
         return self._signal(result)
 
@@ -355,7 +341,7 @@ class JudgeReward:
                 result = await asyncio.to_thread(
                     self.backend.generate_chat, messages, self.sampling_params
                 )
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - never raises; a failed call is an error signal
             return self._error(exc)
         return self._signal(result)
 
@@ -385,10 +371,10 @@ class JudgeReward:
                 if aclose is not None:
                     try:
                         await aclose()
-                    except Exception as exc:  # closing is best effort; scores are in
+                    except Exception as exc:  # noqa: BLE001 - closing is best effort; scores are in
                         logger.debug("closing the judge client failed: %s", exc)
 
-        return _run_blocking(batch_on_own_loop())
+        return run_sync(batch_on_own_loop())
 
     def compute_batch(
         self, transitions: Sequence[tuple[State[Any], Action, State[Any]]]

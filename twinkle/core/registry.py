@@ -196,7 +196,8 @@ class EnvironmentRegistry:
         if len(owners) != 1:
             problem = "not found" if not owners else f"offered by several adapters {owners}"
             raise KeyError(
-                f"environment '{name}' {problem}; pass adapter=. Available: {self.list_environments()}"
+                f"environment '{name}' {problem}; pass adapter=. "
+                f"Available: {self.list_environments()}"
             )
         return owners[0], name
 

@@ -1,8 +1,8 @@
-"""Rule-based reward functions, and the signal types under their seed location.
+"""Rule-based reward functions, and the signal types they return.
 
-The seed places ``RewardType``, ``Signal``, ``SignalBundle`` and ``RewardFunction`` in
-``llenvs.core.reward``; they live in :mod:`twinkle.core.signals` and are re-exported here so
-both import paths work. Stdlib only.
+``RewardType``, ``Signal``, ``SignalBundle`` and ``RewardFunction`` live in
+:mod:`twinkle.core.signals` and are re-exported here, so code that writes a reward function
+imports everything it needs from one module. Stdlib only.
 
 Example:
     >>> from twinkle.core.extraction import TagBasedExtractor

@@ -11,7 +11,8 @@ Example:
     >>> from twinkle.data_format import message_text, normalize_tool_calls
     >>> message_text({'role': 'user', 'content': [{'type': 'text', 'text': 'hi'}]})
     'hi'
-    >>> normalize_tool_calls({'tool_calls': '[{"function": {"name": "f", "arguments": "{}"}}]'})[0]['function']['name']
+    >>> raw = '[{"function": {"name": "f", "arguments": "{}"}}]'
+    >>> normalize_tool_calls({'tool_calls': raw})[0]['function']['name']
     'f'
 """
 

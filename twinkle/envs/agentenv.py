@@ -33,6 +33,7 @@ from twinkle.envs.base import (
     format_command_output,
     truncate_observation,
 )
+from twinkle.errors import require
 
 Handler = Callable[["AgentEnv", dict[str, Any]], str]
 
@@ -134,11 +135,7 @@ class _Output:
 
 
 def _import_e2b() -> Any:
-    try:
-        import e2b
-    except ImportError as exc:  # pragma: no cover - e2b is a default dependency
-        raise ImportError("AgentEnv needs the e2b SDK: pip install 'twinkle[sandbox]'") from exc
-    return e2b
+    return require("e2b", "AgentEnv", "sandbox")
 
 
 def _tool_name(tool_info: dict[str, Any]) -> str:
@@ -335,7 +332,7 @@ class AgentEnv(Env):
             return StepResult(observation=f"Error: {gone}", info={"error": "sandbox_unavailable"})
         try:
             observation = handler(self, args)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a failed tool call is the model's observation
             message = str(exc) or type(exc).__name__
             return StepResult(
                 observation=truncate_observation(f"Error: {message}"),
@@ -357,7 +354,7 @@ class AgentEnv(Env):
             return (
                 f"sandbox {self.sandbox_id} is no longer running ({exc}); reset() starts a new one."
             )
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - renewal is a convenience; other failures ignored
             import httpx
 
             if isinstance(exc, (httpx.TransportError, OSError)):
@@ -434,5 +431,5 @@ class AgentEnv(Env):
         if sandbox is not None:
             try:
                 sandbox.kill(request_timeout=self.request_timeout)
-            except Exception:  # it may already be gone (timeout, server restart); nothing to free
+            except Exception:  # noqa: BLE001 - it may already be gone (timeout, server restart)
                 pass

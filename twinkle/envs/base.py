@@ -21,7 +21,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Exit code reported for a command stopped by its time limit (the coreutils ``timeout`` convention).
+#: Exit code reported for a command stopped by its time limit (the coreutils ``timeout``
+#: convention).
 TIMEOUT_EXIT_CODE = 124
 #: Observations longer than this are cut, so one runaway command cannot flood the context.
 MAX_OBSERVATION_CHARS = 32 * 1024
@@ -70,7 +71,7 @@ class Env(ABC):
         """Batch-evaluate completed trajectories, return rewards."""
         return [0.0] * len(trajectories)
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: the default holds nothing to release
         """Release resources."""
 
     def __enter__(self) -> Env:

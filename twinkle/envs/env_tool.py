@@ -9,7 +9,8 @@ Example:
     >>> from twinkle.tools import ToolManager
     >>> class Counter(Env):
     ...     def step(self, tool_name, arguments):
-    ...         return StepResult(observation=f'{tool_name} ok', reward=0.5, done=arguments.get('last', False))
+    ...         done = arguments.get('last', False)
+    ...         return StepResult(observation=f'{tool_name} ok', reward=0.5, done=done)
     >>> tools = EnvTool.from_env(Counter())
     >>> manager = ToolManager(tools)
     >>> manager.names()
@@ -62,7 +63,8 @@ class EnvTool(Tool):
         >>> class Py(Env):
         ...     def step(self, tool_name, arguments):
         ...         return StepResult(observation=str(eval(arguments['code'])), reward=1.0)
-        >>> tool = EnvTool(Py(), 'execute_code', 'Run Python.', {'type': 'object', 'properties': {'code': {'type': 'string'}}})
+        >>> schema = {'type': 'object', 'properties': {'code': {'type': 'string'}}}
+        >>> tool = EnvTool(Py(), 'execute_code', 'Run Python.', schema)
         >>> tool('execute_code', {'code': '1 + 1'}), tool.episode_reward
         ('2', 1.0)
     """

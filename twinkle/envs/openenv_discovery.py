@@ -62,8 +62,11 @@ def load_object(spec: Any) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
+        top = module_name.partition(".")[0]
         raise ModuleNotFoundError(
-            f"Cannot import module {module_name!r}. Make sure it is installed or on PYTHONPATH."
+            f"Cannot import module {module_name!r}: install it, e.g. an OpenEnv environment "
+            f"package from OpenEnv's source tree ({install_hint(top)}), or put it on PYTHONPATH",
+            name=exc.name,
         ) from exc
     try:
         return getattr(module, attr)
@@ -87,9 +90,15 @@ def import_env_package(env_name: str) -> Any:
                 ):
                     raise
         raise ModuleNotFoundError(
-            f"OpenEnv environment package {env_name!r} is not installed. Install it from its "
-            f"source tree (pip install -e path/to/{env_name}) or pass env_cls."
+            f"OpenEnv environment package {env_name!r} is not installed: {install_hint(env_name)}"
+            f" (it is not on PyPI), pass env_cls, or use a bundled env such as 'number_guess'",
+            name=exc.name,
         ) from exc
+
+
+def install_hint(env_name: str) -> str:
+    """The pip line for an upstream OpenEnv environment package (``envs/<name>`` in its repo)."""
+    return f"pip install -e <OpenEnv checkout>/envs/{env_name}"
 
 
 def _classes(module: Any, names: Iterable[str]) -> list[type]:

@@ -23,6 +23,7 @@ from typing import Any
 
 from twinkle.core.state import ObservationImages, find_ground_truth
 from twinkle.core.tools import ToolDefinition
+from twinkle.errors import require
 
 __all__ = ["DatasetProvider", "TaskItem"]
 
@@ -110,12 +111,10 @@ class DatasetProvider:
         """A ``datasets.Dataset`` with task_index, prompt, ground_truth, messages (and images).
 
         Raises:
-            ImportError: when ``datasets`` is not installed (``pip install 'twinkle[hf]'``).
+            MissingExtraError: (an ImportError) when ``datasets`` is not installed (the ``hf``
+                extra).
         """
-        try:
-            from datasets import Dataset
-        except ImportError as exc:
-            raise ImportError("to_hf_dataset needs 'datasets': pip install 'twinkle[hf]'") from exc
+        datasets = require("datasets", "to_hf_dataset", "hf")
         items = self.get_items(indices)
         columns: dict[str, list[Any]] = {
             "task_index": [i.task_index for i in items],
@@ -129,7 +128,7 @@ class DatasetProvider:
                 [{"data": img.data, "media_type": img.media_type} for img in i.images.all]
                 for i in items
             ]
-        return Dataset.from_dict(columns)
+        return datasets.Dataset.from_dict(columns)
 
 
 def _plain_message(message: dict[str, Any]) -> dict[str, Any]:

@@ -11,10 +11,12 @@ changed number or path is a real difference in the environment. Standard library
 cheap enough to score each trajectory the moment it finishes.
 
 Example:
+    >>> call = {'id': 'c1', 'function': {'name': 'run_command', 'arguments': '{}'}}
     >>> rec = {'messages': [{'role': 'user', 'content': 'x'},
-    ...     {'role': 'assistant', 'tool_calls': [{'id': 'c1', 'function': {'name': 'run_command', 'arguments': '{}'}}]},
+    ...     {'role': 'assistant', 'tool_calls': [call]},
     ...     {'role': 'tool', 'tool_call_id': 'c1', 'content': 'hi\\n'}]}
-    >>> live = {'messages': rec['messages'][:2] + [{'role': 'tool', 'tool_call_id': 'c1', 'content': 'hi'}]}
+    >>> live_result = {'role': 'tool', 'tool_call_id': 'c1', 'content': 'hi'}
+    >>> live = {'messages': rec['messages'][:2] + [live_result]}
     >>> replay_fidelity(rec, live)
     {'rewards': {'fidelity': 1.0, 'total': 1.0}, 'outcome': 'correct', 'error': None}
 """

@@ -28,6 +28,7 @@ from typing import Any
 
 from twinkle.core.signals import RewardType, Signal, SignalBundle
 from twinkle.core.state import Action
+from twinkle.utils.aio import run_sync
 
 __all__ = ["Scorer", "ScoringResult", "error_bundle"]
 
@@ -173,10 +174,11 @@ class Scorer:
         """
         if len(indices) != len(responses):
             raise ValueError(
-                f"indices and responses must have the same length ({len(indices)} != {len(responses)})"
+                "indices and responses must have the same length "
+                f"({len(indices)} != {len(responses)})"
             )
         if self._async_rewards():
-            return _run_blocking(self.ascore_batch(indices, responses))
+            return run_sync(self.ascore_batch(indices, responses))
         if self.workers == 1 or len(indices) < 2:
             return [self._safe(i, r) for i, r in zip(indices, responses)]
         with ThreadPoolExecutor(max_workers=min(self.workers, len(indices))) as pool:
@@ -214,7 +216,8 @@ class Scorer:
         """:meth:`score_batch` on the running event loop; judges' calls overlap."""
         if len(indices) != len(responses):
             raise ValueError(
-                f"indices and responses must have the same length ({len(indices)} != {len(responses)})"
+                "indices and responses must have the same length "
+                f"({len(indices)} != {len(responses)})"
             )
         return list(
             await asyncio.gather(*(self._ascore_one(i, r) for i, r in zip(indices, responses)))
@@ -226,13 +229,3 @@ class Scorer:
         from twinkle.core.registry import environment_registry
 
         return cls(environment_registry.get(name, adapter, **config))
-
-
-def _run_blocking(coro: Any) -> Any:
-    """Run ``coro`` from synchronous code, also when this thread already runs a loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()

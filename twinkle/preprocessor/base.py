@@ -11,7 +11,8 @@ Example:
     >>> class NoGreeting(Filter):
     ...     def check(self, row):
     ...         return 'greeting' if row['messages'][0].get('content') == 'hi' else None
-    >>> rows = [{'messages': [{'role': 'user', 'content': 'hi'}]}, {'messages': [{'role': 'user', 'content': 'sum 2+2'}]}, 7]
+    >>> rows = [{'messages': [{'role': 'user', 'content': 'hi'}]},
+    ...         {'messages': [{'role': 'user', 'content': 'sum 2+2'}]}, 7]
     >>> kept, dropped = NoGreeting()(rows)
     >>> len(kept), [d['drop_reason'] for d in dropped]
     (1, ['greeting', 'malformed_row'])
@@ -104,7 +105,7 @@ class Filter:
             if reason is None:
                 try:
                     reason = self.check(row)
-                except Exception as exc:  # one broken row must never stop the batch
+                except Exception as exc:  # noqa: BLE001 - one broken row must never stop the batch
                     logger.debug("%s failed on a row: %r", self.__name__, exc)
                     reason = f"malformed_row:{type(exc).__name__}"
             if reason is None:
@@ -147,6 +148,6 @@ class Mapper:
                 continue
             try:
                 kept.append(self.map_row(row))
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - one broken row must never stop the batch
                 dropped.append(drop(row, f"malformed_row:{type(exc).__name__}"))
         return kept, dropped

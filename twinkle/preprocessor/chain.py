@@ -46,12 +46,15 @@ FILTERS: dict[str, tuple[str, str, bool]] = {
     "pii": ("twinkle.preprocessor.pii_presidio_filter", "PIIPresidioFilter", False),
 }
 
+#: The default chain, the one constant every entry point reads (``build_pipeline``,
+#: ``twinkle curate --filters``, the curation flow's ``filters``/``dedup``/``near_dedup``).
 #: The documented order: global dedup first, then the rule filters, then normalisation.
-DEFAULT_FILTERS: tuple[str, ...] = ("dedup", "hard", "deadloop", "refuse", "soup", "normalize")
+DEFAULT_CHAIN: tuple[str, ...] = ("dedup", "hard", "deadloop", "refuse", "soup", "normalize")
 
 #: Constructor keywords used unless ``params`` overrides them. HardFilter's length caps are
-#: off by default in the class (as documented); a chain run on raw logs wants the seed's
-#: example limits so that a runaway round is dropped instead of reaching the trainer.
+#: off by default in the class (as documented); a chain run on raw logs sets them (50,000
+#: characters a round, 200,000 a conversation) so that a runaway round is dropped instead of
+#: reaching the trainer.
 DEFAULT_PARAMS: dict[str, dict[str, Any]] = {
     "hard": {"max_chars_per_round": 50_000, "max_total_chars": 200_000},
 }
@@ -88,7 +91,7 @@ def parse_filter_names(spec: str | Iterable[str]) -> list[str]:
 
 
 def build_pipeline(
-    names: str | Iterable[str] = DEFAULT_FILTERS,
+    names: str | Iterable[str] = DEFAULT_CHAIN,
     params: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[Stage]:
     """Instantiate the named filters in order; ``params[name]`` holds constructor keywords.

@@ -205,25 +205,6 @@ def _shards(path: str) -> list[str]:
     )
 
 
-def merge_dropped_shards(path: str) -> int:
-    """Fold per-process shards ``path.<pid>`` into ``path`` and return the log's line count.
-
-    ``QualityPreprocessor`` itself writes straight into ``path`` under a lock, so this only
-    has work to do for shard files written by other tools (such as the earlier
-    implementation's per-pid layout); it is safe and cheap to call regardless.
-    """
-    for shard in _shards(path):
-        with open(shard, "rb") as f:
-            data = f.read()
-        if data:
-            _append_locked(path, data if data.endswith(b"\n") else data + b"\n")
-        os.remove(shard)
-    if not os.path.exists(path):
-        return 0
-    with open(path, "rb") as f:
-        return sum(1 for line in f if line.strip())
-
-
 class QualityPreprocessor:
     """Run curation steps in order over a batch and return the survivors in the input's shape.
 

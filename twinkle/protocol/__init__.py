@@ -1,6 +1,6 @@
 """Chat-completion clients: the ``API`` contract, ``OpenAI`` and ``ReplayAPI``.
 
-The seed imports from the submodules (``twinkle.protocol.base``, ``twinkle.protocol.openai``,
+Each client lives in its submodule (``twinkle.protocol.base``, ``twinkle.protocol.openai``,
 ``twinkle.protocol.replay``); the names are also available here, loaded on first access.
 None of these modules imports the ``openai`` SDK until a client makes its first call.
 

@@ -1,9 +1,9 @@
 """The ``API`` contract: a trajectory and sampling parameters in, assistant message(s) out.
 
-``__call__`` is the seed's synchronous surface. Rollouts use ``acomplete``, a coroutine that
-also reports token usage and the number of attempts; the base class runs ``__call__`` in a
-worker thread for it, so any synchronous subclass works with the async rollout, and
-``OpenAI`` overrides it with the SDK's native async client.
+``__call__`` is the synchronous surface, for callers without an event loop. Rollouts use
+``acomplete``, a coroutine that also reports token usage and the number of attempts; the base
+class runs ``__call__`` in a worker thread for it, so any synchronous subclass works with the
+async rollout, and ``OpenAI`` overrides it with the SDK's native async client.
 
 Errors, one family, raised after any retries::
 
@@ -33,12 +33,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from twinkle.data_format import Message, SamplingParams, Trajectory, normalize_tool_calls
+from twinkle.errors import ProtocolError
 
 #: Kinds of ``APICallError`` that are worth retrying.
 TRANSIENT_KINDS = frozenset({"rate_limit", "server", "timeout", "connection"})
 
 
-class APICallError(RuntimeError):
+class APICallError(ProtocolError, RuntimeError):
     """A chat call that failed, after ``attempts`` tries.
 
     Example:

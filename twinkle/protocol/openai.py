@@ -33,17 +33,13 @@ import weakref
 from typing import Any
 
 from twinkle.data_format import Message, SamplingParams, Trajectory
+from twinkle.errors import require
 from twinkle.protocol.base import API, APICallError, Completion, request_message
 
 
 def _import_openai() -> Any:
-    try:
-        import openai
-    except ImportError as exc:  # pragma: no cover - openai is a default dependency
-        raise ImportError(
-            "twinkle.protocol.openai needs the 'openai' package: pip install openai"
-        ) from exc
-    return openai
+    # openai is a core dependency, not an extra: the hint names the package itself.
+    return require("openai", "twinkle.protocol.openai", package="openai")
 
 
 class OpenAI(API):
@@ -62,7 +58,8 @@ class OpenAI(API):
     Example:
         >>> from twinkle.data_format import SamplingParams
         >>> api = OpenAI(model='m', base_url='http://127.0.0.1:9/v1', api_key='x', max_retries=0)
-        >>> api({'messages': [{'role': 'user', 'content': 'hi'}]}, SamplingParams())  # doctest: +SKIP
+        >>> row = {'messages': [{'role': 'user', 'content': 'hi'}]}
+        >>> api(row, SamplingParams())  # doctest: +SKIP
         {'role': 'assistant', 'content': 'Hello!', 'finish_reason': 'stop'}
     """
 

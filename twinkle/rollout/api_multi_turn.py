@@ -22,7 +22,8 @@ Outputs come back in input order and there is always one per input, whatever fai
 Example:
     >>> from twinkle.protocol.replay import ReplayAPI
     >>> from twinkle.tools import ToolManager
-    >>> api = ReplayAPI([{'messages': [{'role': 'user', 'content': 'hi'}, {'role': 'assistant', 'content': 'hello'}]}])
+    >>> convo = [{'role': 'user', 'content': 'hi'}, {'role': 'assistant', 'content': 'hello'}]
+    >>> api = ReplayAPI([{'messages': convo}])
     >>> rollout = APIMultiTurnRollout(api=api, tool_manager=ToolManager(), max_turns=3)
     >>> out = rollout([{'messages': [{'role': 'user', 'content': 'hi'}]}])[0]
     >>> out['stop_reason'], out['turns'], out['messages'][-1]['content']
@@ -39,6 +40,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from twinkle.data_format import Message, SamplingParams, Trajectory, normalize_tool_calls
+from twinkle.errors import TwinkleError
 from twinkle.rollout.base import (
     Rollout,
     blocking_call,
@@ -56,7 +58,7 @@ from twinkle.rollout.traces import write_traces
 T = TypeVar("T")
 
 
-class _ToolRaised(Exception):
+class _ToolRaised(TwinkleError):
     """A tool callable raised (a ``ToolManager`` never does; other callables may)."""
 
 

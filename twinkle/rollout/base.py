@@ -1,5 +1,6 @@
 """The ``Rollout`` contract and what both rollouts share: input checks, stop reasons, the
-per-turn log, and running a coroutine from synchronous code.
+per-turn log, and (re-exported from ``twinkle.utils.aio``) running a coroutine from
+synchronous code.
 
 Stop reasons (``stop_reason`` on every output trajectory), the same in both rollouts:
 
@@ -46,23 +47,20 @@ batch's latency and add ``'batch_size'``.
 Example:
     >>> class Nothing(Rollout):
     ...     def __call__(self, trajectories, **kwargs):
-    ...         return [dict(t, turns=0, stop_reason='stop', truncated=False) for t in check_batch(trajectories)]
+    ...         return [dict(t, turns=0, stop_reason='stop', truncated=False)
+    ...                 for t in check_batch(trajectories)]
     >>> Nothing()([{'messages': [{'role': 'user', 'content': 'hi'}]}])[0]['stop_reason']
     'stop'
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any
 
 from twinkle.data_format import Trajectory
-
-T = TypeVar("T")
+from twinkle.utils.aio import run_sync as run_sync  # re-exported: rollouts import it here
 
 STOP_REASONS = ("stop", "length", "max_turns", "api_error", "invalid_input", "abort", "error")
 VALID_ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
@@ -197,17 +195,3 @@ def tool_entry(
         "error": error,
         "output_chars": len(result),
     }
-
-
-def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run ``coroutine`` to completion from synchronous code.
-
-    With no loop running, ``asyncio.run``; inside a running loop (a notebook, an async
-    caller) the coroutine gets its own loop in a worker thread rather than failing.
-    """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()

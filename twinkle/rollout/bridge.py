@@ -10,13 +10,16 @@ The sampled turn ends on the end-of-turn token, while templates often render mor
 (``<|im_end|>\\n``): the bridge starts right after that token's text in the rendering, so the
 newline is not lost. Usually one rendering per turn suffices: the new rendering must extend
 the one that ended the previous prompt, and the bridge starts after the reply's end-of-turn
-token; otherwise the history is rendered alone as well and checked to be a prefix. If the turn ended without the token (a stop string), the bridge starts
-at the rendered end-of-turn token, so the model sees a well-formed turn boundary.
+token; otherwise the history is rendered alone as well and checked to be a prefix. If the turn
+ended without the token (a stop string), the bridge starts at the rendered end-of-turn token,
+so the model sees a well-formed turn boundary.
 
 Example:
     >>> pif = {'input_ids': [1, 2, 3], 'labels': [-100, 2, 3],
-    ...        'messages': [{'role': 'user', 'content': 'q'}, {'role': 'assistant', 'content': 'a'}]}
-    >>> new = extend_with_bridge(pif, [{'role': 'tool', 'content': 'r'}], template)  # doctest: +SKIP
+    ...        'messages': [{'role': 'user', 'content': 'q'},
+    ...                     {'role': 'assistant', 'content': 'a'}]}
+    >>> tool_turn = [{'role': 'tool', 'content': 'r'}]
+    >>> new = extend_with_bridge(pif, tool_turn, template)  # doctest: +SKIP
     >>> new['labels'][3:] == [-100] * (len(new['input_ids']) - 3)  # doctest: +SKIP
     True
 """

@@ -23,8 +23,9 @@ never fails the rollout.
 Example:
     >>> import tempfile, os
     >>> d = tempfile.mkdtemp()
-    >>> paths = write_traces([{'id': 'hotpotqa/42', 'messages': [], 'stop_reason': 'stop', 'input_ids': [1]}],
-    ...                      d, step=3, success_callback=lambda t: t['stop_reason'] == 'stop')
+    >>> traj = {'id': 'hotpotqa/42', 'messages': [], 'stop_reason': 'stop', 'input_ids': [1]}
+    >>> paths = write_traces([traj], d, step=3,
+    ...                      success_callback=lambda t: t['stop_reason'] == 'stop')
     >>> os.path.basename(paths[0])
     'step000003-ok-hotpotqa_42.json'
 """

@@ -18,7 +18,8 @@ Example:
     >>> from twinkle.data_format import SampledSequence, SampleResponse
     >>> class Constant(Sampler):
     ...     def sample(self, prompts, sampling_params):
-    ...         return [SampleResponse([SampledSequence('stop', [7, 2], [-0.1, -0.2])]) for _ in prompts]
+    ...         seq = SampledSequence('stop', [7, 2], [-0.1, -0.2])
+    ...         return [SampleResponse([seq]) for _ in prompts]
     >>> Constant().sample([[1, 2, 3]], None)[0].sequences[0].tokens
     [7, 2]
 """

@@ -8,7 +8,8 @@ vLLM reports by default and what a policy-gradient loss compares against.
 
 Example:
     >>> sampler = HFSampler.from_pretrained('Qwen/Qwen2.5-0.5B-Instruct')  # doctest: +SKIP
-    >>> sampler.sample([[151644, 872]], SamplingParams(max_tokens=8))[0].sequences[0].stop_reason  # doctest: +SKIP
+    >>> out = sampler.sample([[151644, 872]], SamplingParams(max_tokens=8))  # doctest: +SKIP
+    >>> out[0].sequences[0].stop_reason  # doctest: +SKIP
     'length'
 """
 
@@ -17,18 +18,13 @@ from __future__ import annotations
 from typing import Any
 
 from twinkle.data_format import SampledSequence, SampleResponse, SamplingParams
+from twinkle.errors import require
 from twinkle.sampler.base import Sampler
 from twinkle.sampler.template import END_OF_TURN_TOKENS
 
 
 def _import_torch() -> Any:
-    try:
-        import torch
-    except ImportError as exc:
-        raise ImportError(
-            "HFSampler needs torch and transformers: pip install 'twinkle[hf]'"
-        ) from exc
-    return torch
+    return require("torch", "HFSampler", "hf")
 
 
 class HFSampler(Sampler):
@@ -45,7 +41,8 @@ class HFSampler(Sampler):
 
     Example:
         >>> from transformers import AutoModelForCausalLM, AutoTokenizer  # doctest: +SKIP
-        >>> sampler = HFSampler(AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path))  # doctest: +SKIP
+        >>> model = AutoModelForCausalLM.from_pretrained(path)  # doctest: +SKIP
+        >>> sampler = HFSampler(model, AutoTokenizer.from_pretrained(path))  # doctest: +SKIP
     """
 
     def __init__(
@@ -86,6 +83,7 @@ class HFSampler(Sampler):
     ) -> HFSampler:
         """Load model and tokenizer from a local path or hub id."""
         _import_torch()
+        require("transformers", "HFSampler", "hf")  # the install hint, before the import below
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)

@@ -10,7 +10,8 @@ Example:
     >>> class Chars:  # a stand-in template: one token per character, stop token 0
     ...     stop_token_ids = [0]
     ...     def encode_text(self, text): return [ord(c) for c in text]
-    >>> seq = ScriptedSampler(Chars(), lambda ids: 'hi').sample([[1, 2]], SamplingParams())[0].sequences[0]
+    >>> out = ScriptedSampler(Chars(), lambda ids: 'hi').sample([[1, 2]], SamplingParams())
+    >>> seq = out[0].sequences[0]
     >>> seq.stop_reason, seq.logprobs == [token_logprob(t) for t in seq.tokens]
     ('stop', True)
 """
@@ -43,7 +44,8 @@ class ScriptedSampler(Sampler):
         >>> class Chars:  # a stand-in template: one token per character, stop token 0
         ...     stop_token_ids = [0]
         ...     def encode_text(self, text): return [ord(c) for c in text]
-        >>> seq = ScriptedSampler(Chars(), lambda ids: 'ok').sample([[5]], SamplingParams())[0].sequences[0]
+        >>> out = ScriptedSampler(Chars(), lambda ids: 'ok').sample([[5]], SamplingParams())
+        >>> seq = out[0].sequences[0]
         >>> seq.tokens, seq.stop_reason, seq.decoded
         ([111, 107, 0], 'stop', 'ok')
     """

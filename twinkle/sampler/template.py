@@ -10,7 +10,8 @@ no name, which ``ToolManager`` answers with an ``Error:`` string the model can r
 
 Example:
     >>> template = ChatTemplate.__new__(ChatTemplate)
-    >>> message = template.parse('<think>plan</think>Let me check.<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>')
+    >>> call = '{"name": "get_weather", "arguments": {"city": "Oslo"}}'
+    >>> message = template.parse(f'<think>plan</think>Let me check.<tool_call>{call}</tool_call>')
     >>> message['content'], message['reasoning_content'], message['tool_calls'][0]['function']
     ('Let me check.', 'plan', {'name': 'get_weather', 'arguments': '{"city": "Oslo"}'})
 """
@@ -144,7 +145,7 @@ class ChatTemplate:
         """An assistant message from generated text: content, reasoning and tool calls."""
         response, thinking = split_think(text or "")
         calls = []
-        for i, block in enumerate(_TOOL_CALL_RE.findall(response)):
+        for block in _TOOL_CALL_RE.findall(response):
             try:
                 payload = json.loads(block)
             except json.JSONDecodeError:

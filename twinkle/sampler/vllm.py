@@ -1,7 +1,7 @@
 """``VLLMSampler``: batched sampling with in-process ``vllm.LLM``, for GPU nodes.
 
 vLLM cannot share an environment with Prefect (conflicting fastapi pins, see
-``platform-notes.md`` §1.3), so this sampler is for GPU workers that run ``MultiTurnRollout``
+``infra/vllm/README.md``), so this sampler is for GPU workers that run ``MultiTurnRollout``
 in their own environment; everywhere else serve the model with ``vllm serve`` and use
 ``APIMultiTurnRollout``. ``vllm`` is imported only when the sampler is built.
 
@@ -9,7 +9,8 @@ Prompts are passed as token ids (``{'prompt_token_ids': ...}``) so vLLM never re
 them, and ``logprobs=0`` asks for the sampled token's own logprob.
 
 Example:
-    >>> sampler = VLLMSampler('Qwen/Qwen2.5-7B-Instruct', llm_kwargs={'gpu_memory_utilization': 0.8})  # doctest: +SKIP
+    >>> kwargs = {'gpu_memory_utilization': 0.8}
+    >>> sampler = VLLMSampler('Qwen/Qwen2.5-7B-Instruct', llm_kwargs=kwargs)  # doctest: +SKIP
     >>> sampler.sample([[151644, 872]], SamplingParams(max_tokens=64))  # doctest: +SKIP
 """
 
@@ -18,19 +19,21 @@ from __future__ import annotations
 from typing import Any
 
 from twinkle.data_format import SampledSequence, SampleResponse, SamplingParams
+from twinkle.errors import MissingExtraError, require
 from twinkle.sampler.base import Sampler
 
 
 def _import_vllm() -> Any:
+    # vllm is no extra (it cannot share an environment with Prefect): the hint names it.
     try:
-        import vllm
-    except ImportError as exc:
-        raise ImportError(
-            "VLLMSampler needs vLLM, which cannot share an environment with Prefect: install "
-            "it on the GPU node (pip install vllm) or serve the model with `vllm serve` and use "
-            "APIMultiTurnRollout with twinkle.protocol.openai.OpenAI"
-        ) from exc
-    return vllm
+        return require("vllm", "VLLMSampler", package="vllm")
+    except MissingExtraError as exc:
+        exc.add_note(
+            "vLLM cannot share an environment with Prefect: install it on the GPU node, or "
+            "serve the model with `vllm serve` and use APIMultiTurnRollout with "
+            "twinkle.protocol.openai.OpenAI"
+        )
+        raise
 
 
 class VLLMSampler(Sampler):
@@ -42,7 +45,8 @@ class VLLMSampler(Sampler):
         stop_token_ids: extra ids that end a turn (the model's EOS always does).
 
     Example:
-        >>> sampler = VLLMSampler('/models/qwen3-8b', llm_kwargs={'tensor_parallel_size': 2})  # doctest: +SKIP
+        >>> kwargs = {'tensor_parallel_size': 2}
+        >>> sampler = VLLMSampler('/models/qwen3-8b', llm_kwargs=kwargs)  # doctest: +SKIP
     """
 
     def __init__(

@@ -35,8 +35,8 @@ In its own process (for benchmarks, so the server does not share the client's GI
 Example:
     >>> with OpenAIServer(judge(score=8)) as server:
     ...     import httpx
-    ...     body = httpx.post(server.base_url + '/chat/completions',
-    ...                       json={'model': 'm', 'messages': [{'role': 'user', 'content': 'rate'}]}).json()
+    ...     request = {'model': 'm', 'messages': [{'role': 'user', 'content': 'rate'}]}
+    ...     body = httpx.post(server.base_url + '/chat/completions', json=request).json()
     >>> body['choices'][0]['message']['content'].splitlines()[0]
     'Score: 8/10'
 """

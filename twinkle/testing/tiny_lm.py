@@ -21,7 +21,8 @@ CHATML_TOOLS_TEMPLATE = (
     "{% if messages[0].role == 'system' %}{{ messages[0].content }}\n\n{% endif %}"
     "# Tools\n<tools>\n{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}</tools>\n"
     'Call a function with <tool_call>{"name": ..., "arguments": ...}</tool_call>.<|im_end|>{{ nl }}'
-    "{%- elif messages[0].role == 'system' %}<|im_start|>system\n{{ messages[0].content }}<|im_end|>{{ nl }}"
+    "{%- elif messages[0].role == 'system' %}"
+    "<|im_start|>system\n{{ messages[0].content }}<|im_end|>{{ nl }}"
     "{%- endif %}"
     "{%- for message in messages %}"
     "{%- if message.role == 'system' %}"

@@ -26,7 +26,8 @@ Example:
     ...     def tool_info(self):
     ...         return {'type': 'function', 'function': {'name': 'upper', 'parameters': {}}}
     >>> manager = ToolManager([Upper()])
-    >>> manager({'id': 'c1', 'type': 'function', 'function': {'name': 'upper', 'arguments': '{"text": "ok"}'}})
+    >>> call = {'name': 'upper', 'arguments': '{"text": "ok"}'}
+    >>> manager({'id': 'c1', 'type': 'function', 'function': call})
     'OK'
     >>> manager({'function': {'name': 'nope', 'arguments': '{}'}})
     "Error: unknown tool 'nope'. Available: upper."

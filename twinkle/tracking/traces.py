@@ -1,4 +1,5 @@
-"""One MLflow trace per trajectory: an AGENT root span, LLM spans per model call, TOOL spans per tool call.
+"""One MLflow trace per trajectory: an AGENT root span, LLM spans per model call, TOOL spans per
+tool call.
 
 MLflow (imported lazily) is the tracing backend; the MLflow UI shows each trace as a tree
 with inputs, outputs, timings, tags, and each reward as a feedback assessment, and groups
@@ -8,8 +9,8 @@ Why traces are written in bulk rather than through ``mlflow.start_span``: the fl
 exports every span in its own database transaction as it ends; on a SQLite store that costs
 about 75 ms of CPU per 9-span trace (measured here, 2-core machine), while one
 ``start_trace`` per trace (tags, metadata and assessments) plus one ``log_spans`` call for
-all spans of a batch costs about 18 ms per trace. Trajectories are finished when they are traced (the
-rollout records each turn's timings), so nothing is lost by writing them after the fact.
+all spans of a batch costs about 18 ms per trace. Trajectories are finished when they are traced
+(the rollout records each turn's timings), so nothing is lost by writing them after the fact.
 Stores without span logging fall back to the fluent API.
 
 Guarantees:
@@ -80,7 +81,8 @@ class SpanRecord:
 
 @dataclass(slots=True)
 class TraceReport:
-    """What one ``TraceWriter.write`` call did; ``trace_ids`` aligns with its input (None = not traced)."""
+    """What one ``TraceWriter.write`` call did; ``trace_ids`` aligns with its input (None = not
+    traced)."""
 
     written: int = 0
     skipped_existing: int = 0
@@ -101,7 +103,7 @@ def trajectory_key(traj: Mapping[str, Any], index: int) -> str:
 def _user_data(traj: Mapping[str, Any], key: str) -> Any:
     try:
         return user_data_get(traj.get("user_data"), key)
-    except Exception:  # malformed user_data is the row's problem, not the tracer's
+    except Exception:  # noqa: BLE001 - malformed user_data is the row's problem, not the tracer's
         return None
 
 
@@ -320,9 +322,11 @@ class TraceWriter:
         max_trace_chars: characters kept over all payloads of one trace.
 
     Example:
-        >>> w = TraceWriter(uri, experiment_id=eid, session='flow-run-42', dataset='examples')  # doctest: +SKIP
-        >>> report = w.write(trajectories, rewards=[{'fidelity': 1.0, 'total': 1.0}])          # doctest: +SKIP
-        >>> report.written, report.trace_ids[0]                                                 # doctest: +SKIP
+        >>> w = TraceWriter(uri, experiment_id=eid, session='flow-run-42',  # doctest: +SKIP
+        ...                 dataset='examples')
+        >>> rewards = [{'fidelity': 1.0, 'total': 1.0}]
+        >>> report = w.write(trajectories, rewards=rewards)  # doctest: +SKIP
+        >>> report.written, report.trace_ids[0]  # doctest: +SKIP
         (1, 'tr-5d41402abc4b2a76b9719d911017c592')
     """
 
@@ -501,7 +505,7 @@ class TraceWriter:
         source = AssessmentSource(source_type="CODE", source_id="twinkle")
         assessments = []
         for name, value in reward.items():
-            if isinstance(value, bool) or isinstance(value, (int, float)):
+            if isinstance(value, (bool, int, float)):
                 assessments.append(
                     Feedback(name=name, value=float(value), source=source, trace_id=trace_id)
                 )

@@ -16,10 +16,12 @@ Idempotent on retries:
 Secrets never reach MLflow: parameters and tags go through ``scrub_secrets``.
 
 Example:
-    >>> t = MLflowTracker('sqlite:////tmp/x/mlflow.db', artifact_location='/tmp/x/artifacts')  # doctest: +SKIP
-    >>> run = t.start_run('flow-run-1', name='pipeline', params={'max_turns': 4})             # doctest: +SKIP
-    >>> stage = t.start_stage(run, 'flow-run-1', 'curation')                                  # doctest: +SKIP
-    >>> t.log_metrics(stage, {'rows_in': 10, 'rows_out': 8}); t.end_run(stage)                # doctest: +SKIP
+    >>> t = MLflowTracker('sqlite:////tmp/x/mlflow.db',  # doctest: +SKIP
+    ...                   artifact_location='/tmp/x/artifacts')
+    >>> run = t.start_run('flow-run-1', name='pipeline', params={'max_turns': 4})  # doctest: +SKIP
+    >>> stage = t.start_stage(run, 'flow-run-1', 'curation')  # doctest: +SKIP
+    >>> t.log_metrics(stage, {'rows_in': 10, 'rows_out': 8})  # doctest: +SKIP
+    >>> t.end_run(stage)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -72,10 +74,11 @@ class MLflowTracker:
             SQLite store otherwise puts them under the working directory of the first run.
 
     Example:
-        >>> t = MLflowTracker(f'sqlite:///{tmp}/mlflow.db', artifact_location=f'{tmp}/artifacts')  # doctest: +SKIP
-        >>> run = t.start_run('key-1', name='twinkle-pipeline')                                     # doctest: +SKIP
-        >>> t.log_rewards(run, [{'total': 1.0}, {'total': 0.0}])                                    # doctest: +SKIP
-        >>> t.end_run(run)                                                                          # doctest: +SKIP
+        >>> t = MLflowTracker(f'sqlite:///{tmp}/mlflow.db',  # doctest: +SKIP
+        ...                   artifact_location=f'{tmp}/artifacts')
+        >>> run = t.start_run('key-1', name='twinkle-pipeline')  # doctest: +SKIP
+        >>> t.log_rewards(run, [{'total': 1.0}, {'total': 0.0}])  # doctest: +SKIP
+        >>> t.end_run(run)  # doctest: +SKIP
     """
 
     def __init__(
@@ -344,7 +347,8 @@ class MLflowTracker:
         data: Any,
         name: str,
     ) -> None:
-        """Draw chart ``kind`` with ``render`` (default: in this process) and log it under ``plots/``."""
+        """Draw chart ``kind`` with ``render`` (default: in this process) and log it under
+        ``plots/``."""
         if render is None:
             from twinkle.tracking.plots import render_chart as render
         with tempfile.TemporaryDirectory() as tmp:

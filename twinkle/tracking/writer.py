@@ -58,7 +58,7 @@ class TraceWriterProcess:
         python: interpreter for the helper (default: this one).
 
     Example:
-        >>> with TraceWriterProcess() as proc:                                        # doctest: +SKIP
+        >>> with TraceWriterProcess() as proc:  # doctest: +SKIP
         ...     report = proc.write('sqlite:////tmp/m.db', '1', 's', trajectories)
     """
 
@@ -110,7 +110,8 @@ class TraceWriterProcess:
         )
 
     def chart(self, kind: str, data: Any, path: str) -> str:
-        """Draw chart ``kind`` of ``data`` to ``path`` (``plots.render_chart``); returns ``path``."""
+        """Draw chart ``kind`` of ``data`` to ``path`` (``plots.render_chart``); returns
+        ``path``."""
         return self._call("chart", (kind, data, path), {})
 
     def _call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -165,9 +166,10 @@ class TraceStream:
         writer_kwargs: ``TraceWriter`` options (``run_id``, ``dataset``, ``sample_rate``...).
 
     Example:
-        >>> stream = TraceStream(TraceWriterProcess().start(), uri, exp_id, 'run-7')  # doctest: +SKIP
-        >>> stream.put(trajectory, {'total': 1.0}, key='0:conv-0')                     # doctest: +SKIP
-        >>> stream.close()['written']                                                   # doctest: +SKIP
+        >>> proc = TraceWriterProcess().start()  # doctest: +SKIP
+        >>> stream = TraceStream(proc, uri, exp_id, 'run-7')  # doctest: +SKIP
+        >>> stream.put(trajectory, {'total': 1.0}, key='0:conv-0')  # doctest: +SKIP
+        >>> stream.close()['written']  # doctest: +SKIP
         1
     """
 
@@ -218,7 +220,7 @@ class TraceStream:
                         [b[2] for b in batch],
                         **self._kwargs,
                     )
-                except Exception as exc:  # re-raised by close(), in the caller's thread
+                except Exception as exc:  # noqa: BLE001 - close() re-raises it to the caller
                     self._error = exc
                 else:
                     for k in self.report:
@@ -269,7 +271,7 @@ def main() -> None:
             return
         try:
             answer = (True, calls[name](*args, **kwargs))
-        except Exception as exc:  # reported to the caller, whose task retries
+        except Exception as exc:  # noqa: BLE001 - reported to the caller, whose task retries
             answer = (False, f"{type(exc).__name__}: {exc}")
         _send(stdout, answer)
 

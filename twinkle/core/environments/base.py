@@ -188,7 +188,8 @@ class TaskEnvironment:
         return None if answer is None else str(answer)
 
     def extract(self, action: Action, hidden: TaskHidden) -> tuple[str | None, dict[str, Any]]:
-        """The model's answer to ``hidden``'s task (None when there is none) and extraction metadata."""
+        """The model's answer to ``hidden``'s task (None when there is none) and extraction
+        metadata."""
         raise NotImplementedError
 
     def score(

@@ -1,4 +1,5 @@
-"""Math word problems with a numeric answer: ``\\boxed{}``/``####``/tag/pattern/last-number extraction.
+"""Math word problems with a numeric answer: ``\\boxed{}``/``####``/tag/pattern/last-number
+extraction.
 
 The answer is read by a chain of :mod:`twinkle.core.extraction` extractors behind the
 default cleaners plus think-block removal, then parsed as an exact

@@ -546,7 +546,8 @@ class AgentEnvRunner:
             env.close()
 
     def run_in(self, env: Any, tests: Sequence[TestCase], module: str = "solution") -> RunOutcome:
-        """Grade the workspace a rollout left behind in ``env``'s sandbox (after its last action)."""
+        """Grade the workspace a rollout left behind in ``env``'s sandbox (after its last
+        action)."""
         start = time.perf_counter()
         try:
             return self._grade(env.sandbox, tests, module, start)
@@ -568,7 +569,10 @@ class AgentEnvRunner:
         sandbox.commands.run(f"rm -rf {self.workdir}/{GRADER_DIR}", timeout=30)
         for path, content in _grader_files(tests, module, nonce).items():
             sandbox.files.write(f"{self.workdir}/{path}", content)
-        cmd = f"cd {self.workdir} && timeout -s KILL {int(self.timeout)} {self.python} -I {GRADER_DIR}/grade.py"
+        cmd = (
+            f"cd {self.workdir} && timeout -s KILL {int(self.timeout)} "
+            f"{self.python} -I {GRADER_DIR}/grade.py"
+        )
         try:
             result = sandbox.commands.run(cmd, timeout=self.timeout + 30)
             stdout, stderr, code = result.stdout, result.stderr, result.exit_code

@@ -36,7 +36,7 @@ class NumberGuessEnv(EnvClient[GuessAction, GuessObservation, NumberGuessState])
             done=payload.get("done", False),
             reward=payload.get("reward"),
         )
-        # Only the three fields that every openenv version has (platform-notes §6.1).
+        # Only the three fields every openenv version's StepResult has, so any version parses it.
         return StepResult(
             observation=observation, reward=payload.get("reward"), done=payload.get("done", False)
         )
