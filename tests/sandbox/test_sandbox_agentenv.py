@@ -12,6 +12,8 @@ from twinkle.envs.base import MAX_OBSERVATION_CHARS
 
 from .conftest import API_KEY
 
+pytestmark = pytest.mark.slow
+
 
 def schema(name: str, *required: str) -> dict:
     return {

@@ -17,6 +17,8 @@ from twinkle.sandbox import SandboxServer
 
 from .conftest import API_KEY
 
+pytestmark = pytest.mark.slow
+
 EXPECTED = {
     # control plane
     ("POST", "/v2/sandboxes"),

@@ -11,6 +11,8 @@ from e2b import CommandExitException, Sandbox
 
 from .conftest import sandbox_pids, wait_until
 
+pytestmark = pytest.mark.slow
+
 PORT = 8765
 # Retries until the server listens (it starts in the background), then prints the page.
 FETCH = (

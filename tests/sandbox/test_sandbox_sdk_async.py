@@ -7,6 +7,8 @@ import asyncio
 import pytest
 from e2b import AsyncSandbox, CommandExitException
 
+pytestmark = pytest.mark.slow
+
 
 async def test_async_create_run_files_kill(sdk):
     sbx = await AsyncSandbox.create(timeout=60, **sdk)

@@ -11,6 +11,8 @@ from e2b.sandbox.filesystem.filesystem import FileType
 
 from .conftest import sandbox_pids, wait_until
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture()
 def sbx(sdk):

@@ -14,6 +14,8 @@ from e2b import AuthenticationException, CommandExitException, Sandbox
 
 from .conftest import API_KEY, sandbox_pids, wait_until
 
+pytestmark = pytest.mark.slow
+
 
 def run(sbx: Sandbox, command: str, timeout: float = 30):
     """(exit code, stdout + stderr) of a command, whatever its exit code."""
@@ -123,7 +125,7 @@ def test_fork_bomb_and_background_processes_are_gone_after_kill(sdk, server):
     init = server.manager.sandboxes[sbx.sandbox_id].spawner._init
     assert sbx.kill()
     assert wait_until(lambda: sandbox_pids(sbx.sandbox_id) == [])
-    assert not (server.root / sbx.sandbox_id).exists()
+    assert wait_until(lambda: not (server.root / sbx.sandbox_id).exists())
     # The sandbox's bubblewrap and init are gone too, reaped by the server (no zombies).
     assert wait_until(lambda: init.returncode is not None)
 

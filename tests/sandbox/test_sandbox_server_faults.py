@@ -62,6 +62,7 @@ def root_dir():
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_cli_serves_and_cleans_up_on_sigterm(root_dir):
     tmp_path = root_dir
     proc, url = start_cli(0, tmp_path)
@@ -77,6 +78,7 @@ def test_cli_serves_and_cleans_up_on_sigterm(root_dir):
     assert not (tmp_path / sbx.sandbox_id).exists()  # shutdown killed and removed the sandbox
 
 
+@pytest.mark.slow
 def test_server_crash_and_restart_give_error_observations(root_dir):
     tmp_path = root_dir
     port = free_port()
@@ -108,6 +110,7 @@ def test_server_crash_and_restart_give_error_observations(root_dir):
         proc.wait(timeout=20)
 
 
+@pytest.mark.slow
 def test_in_process_stop_kills_everything_and_turns_into_errors():
     srv = SandboxServer(port=0, api_key=KEY).start()
     env = AgentEnv(template="base", api_url=srv.url, api_key=KEY, request_timeout=5)
@@ -155,6 +158,7 @@ def test_example_templates_file_loads():
     assert "base" in reg.templates and len(reg.templates) > 1
 
 
+@pytest.mark.slow
 def test_failing_setup_fails_the_create():
     reg = TemplateRegistry(
         templates={"broken": Template(name="broken", setup=("echo oops >&2; exit 9",))}
@@ -165,6 +169,7 @@ def test_failing_setup_fails_the_create():
         assert srv.manager.sandboxes == {}
 
 
+@pytest.mark.slow
 def test_refuses_to_start_without_bubblewrap(monkeypatch):
     import twinkle.sandbox.server as server_module
 
@@ -191,6 +196,7 @@ def test_unreachable_root_is_a_clear_error(tmp_path):
         server.start()
 
 
+@pytest.mark.slow
 def test_runs_without_dropping_privileges_when_it_must(monkeypatch):
     # Hosts that forbid unprivileged user namespaces: a root server keeps its own uid.
     import twinkle.sandbox.server as server_module

@@ -39,6 +39,19 @@ def sandbox() -> None:
     default=None,
     help="Directory for sandbox files (default: a fresh temporary directory).",
 )
+@click.option(
+    "--output-window-mb",
+    type=click.FloatRange(min=0.0625, max=1024),
+    default=8,
+    show_default=True,
+    help="Most unread output held per command; past it the command blocks until read.",
+)
+@click.option(
+    "--parent-pid",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Shut down (cleaning up) once this process is no longer the server's parent.",
+)
 def serve(
     port: int,
     host: str,
@@ -46,6 +59,8 @@ def serve(
     templates_file: str | None,
     unisolated: bool,
     root: str | None,
+    output_window_mb: float,
+    parent_pid: int | None,
 ) -> None:
     """Serve E2B's API on HOST:PORT until interrupted; prints the URL once it accepts connections.
 
@@ -64,6 +79,8 @@ def serve(
             templates=templates_file,
             unisolated=unisolated,
             root=root,
+            output_window_mb=output_window_mb,
+            parent_pid=parent_pid,
         ).start()
     except (IsolationError, ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc

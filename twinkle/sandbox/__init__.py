@@ -13,6 +13,16 @@ every command, so the commands of one sandbox share one OS as on E2B: a server s
 sees earlier commands' processes. Killing a sandbox (or its timeout, or server shutdown)
 kills its init, and the kernel then kills everything left in its PID namespace.
 
+The server protects itself: a command's unread output is held up to a window (8 MiB by
+default; past it the command blocks until its client reads, see
+:mod:`twinkle.sandbox.processes`), and request values outside the ranges documented in
+:mod:`twinkle.sandbox.validation` (timeouts up to 24 h, body sizes) answer 400. Deleting a
+killed sandbox's files happens on a background thread. The file API resolves nothing on the
+host outside a sandbox's own ``/home/user`` and ``/tmp``: other paths, and paths through
+symlinks, are handled inside the sandbox as its user (:mod:`twinkle.sandbox.files`). A server
+removes at start the folders of dead servers, and with ``parent_pid`` stops when its parent
+dies (:mod:`twinkle.sandbox.server`).
+
 Use from Python (tests start it in-process on port 0)::
 
     from twinkle.sandbox import SandboxServer

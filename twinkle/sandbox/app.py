@@ -9,6 +9,9 @@ cheap, and the process stream controls its own chunked response.
 Authentication: every control-plane request needs ``X-API-KEY``; every envd request needs
 the sandbox's ``X-Access-Token`` (handed out by create/connect) or the API key, checked
 before the sandbox is looked up, so that an unknown id answers 401 like a wrong token.
+
+Request values (timeouts, body sizes) are checked against the ranges documented in
+:mod:`twinkle.sandbox.validation`; a value outside them answers 400.
 """
 
 from __future__ import annotations
@@ -23,14 +26,14 @@ import time
 from typing import Any
 from urllib.parse import parse_qs
 
-from twinkle.sandbox.asgi_io import read_body, send_empty, send_json
+from twinkle.sandbox.asgi_io import BodyTooLarge, read_body, send_empty, send_json
 from twinkle.sandbox.envd import Envd
 from twinkle.sandbox.sandbox import SandboxManager, SetupError
+from twinkle.sandbox.validation import MAX_CONTROL_BODY, InvalidRequest, timeout_seconds
 
 log = logging.getLogger(__name__)
 
 _SANDBOX_PATH = re.compile(r"^/(?:v2/)?sandboxes(?:/(?P<id>[^/]+)(?:/(?P<action>[a-z]+))?)?/?$")
-_DEFAULT_TIMEOUT = 300
 
 
 class SandboxApp:
@@ -87,7 +90,7 @@ class SandboxApp:
             elif message["type"] == "lifespan.shutdown":
                 if self._reaper is not None:
                     self._reaper.cancel()
-                self.manager.shutdown()
+                self.manager.shutdown(wait_files=False)  # stop() waits for the files
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -103,11 +106,18 @@ class SandboxApp:
         path: str,
         headers: dict[str, str],
     ) -> None:
-        body = await read_body(receive)
+        oversize = None
+        try:
+            body = await read_body(receive, MAX_CONTROL_BODY)
+        except BodyTooLarge as exc:
+            body, oversize = b"", str(exc)
         if not self._key_ok(headers):
             await send_json(
                 send, 401, {"code": 401, "message": "Invalid or missing API key (X-API-KEY)"}
             )
+            return
+        if oversize is not None:
+            await send_json(send, 400, {"code": 400, "message": oversize})
             return
         if path == "/health":
             await send_json(send, 200, {"status": "ok", "sandboxes": len(self.manager.sandboxes)})
@@ -120,8 +130,26 @@ class SandboxApp:
         try:
             data = json.loads(body) if body else {}
         except ValueError:
-            await send_json(send, 400, {"code": 400, "message": "request body is not JSON"})
+            data = None
+        if not isinstance(data, dict):
+            await send_json(
+                send, 400, {"code": 400, "message": "request body is not a JSON object"}
+            )
             return
+        try:
+            await self._sandboxes(send, method, path, sid, action, data)
+        except InvalidRequest as exc:
+            await send_json(send, 400, {"code": 400, "message": str(exc)})
+
+    async def _sandboxes(
+        self,
+        send: Any,
+        method: str,
+        path: str,
+        sid: str | None,
+        action: str | None,
+        data: dict[str, Any],
+    ) -> None:
         if sid is None and method == "POST":
             await self._create(send, data)
         elif sid is None and method == "GET":
@@ -145,11 +173,12 @@ class SandboxApp:
             if action is None and method == "GET":
                 await send_json(send, 200, sbx.info(detail=True))
             elif action in ("timeout", "refreshes") and method == "POST":
-                seconds = _seconds(data.get("timeout", data.get("duration")), _DEFAULT_TIMEOUT)
+                name = "timeout" if "timeout" in data else "duration"
+                seconds = timeout_seconds(data.get(name), name)
                 sbx.end_at = time.time() + seconds
                 await send_empty(send, 204)
             elif action == "connect" and method == "POST":
-                seconds = _seconds(data.get("timeout"), _DEFAULT_TIMEOUT)
+                seconds = timeout_seconds(data.get("timeout"))
                 sbx.end_at = max(sbx.end_at, time.time() + seconds)
                 await send_json(send, 200, sbx.info())
             else:
@@ -157,13 +186,13 @@ class SandboxApp:
 
     async def _create(self, send: Any, data: dict[str, Any]) -> None:
         template = data.get("templateID") or "base"
+        if not isinstance(template, str):
+            raise InvalidRequest(f"templateID must be a string, got {template!r:.100}")
+        seconds = timeout_seconds(data.get("timeout"))
+        envs, metadata = (_str_map(data, key) for key in ("envVars", "metadata"))
         try:
             sbx = await self.manager.create(
-                str(template),
-                _seconds(data.get("timeout"), _DEFAULT_TIMEOUT),
-                {str(k): str(v) for k, v in (data.get("envVars") or {}).items()},
-                {str(k): str(v) for k, v in (data.get("metadata") or {}).items()},
-                allow_internet=data.get("allow_internet_access"),
+                template, seconds, envs, metadata, allow_internet=data.get("allow_internet_access")
             )
         except KeyError as exc:
             await send_json(send, 404, {"code": 404, "message": str(exc.args[0])})
@@ -205,9 +234,9 @@ class SandboxApp:
         await self.envd.handle(receive, send, method, path, headers, query, sbx)
 
 
-def _seconds(value: Any, default: float) -> float:
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        return default
-    return seconds if seconds > 0 else default
+def _str_map(data: dict[str, Any], key: str) -> dict[str, str]:
+    """A JSON object of the request as a ``str -> str`` dict (absent or null: empty)."""
+    value = data.get(key) or {}
+    if not isinstance(value, dict):
+        raise InvalidRequest(f"{key} must be an object, got {type(value).__name__}")
+    return {str(k): str(v) for k, v in value.items()}

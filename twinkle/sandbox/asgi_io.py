@@ -5,16 +5,35 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from twinkle.errors import SandboxError
 
-async def read_body(receive: Any) -> bytes:
+
+class BodyTooLarge(SandboxError, ValueError):
+    """A request body over its limit (the body was read to its end and discarded)."""
+
+
+async def read_body(receive: Any, limit: int | None = None) -> bytes:
+    """The whole request body; past ``limit`` bytes, BodyTooLarge once the rest is discarded.
+
+    The rest is read rather than left unread so that the reply reaches a client that is still
+    sending, and the connection stays usable; only ``limit`` bytes are ever held.
+    """
     chunks = []
+    size = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             break
-        chunks.append(message.get("body", b""))
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if limit is None or size <= limit:
+            chunks.append(chunk)
+        else:
+            chunks.clear()
         if not message.get("more_body"):
             break
+    if limit is not None and size > limit:
+        raise BodyTooLarge(f"request body of {size} bytes is over the limit of {limit} bytes")
     return b"".join(chunks)
 
 

@@ -4,6 +4,8 @@ envd speaks Connect-RPC with the JSON codec. Unary calls are plain JSON; server 
 (``process.Process/Start``) are enveloped: a flag byte, a 4-byte big-endian length, then
 JSON, ending with an end-stream envelope (flag ``0x02``) that carries ``{}`` or an error. The
 framing is a few lines, so it is written here rather than built on generated server stubs.
+Request values (body sizes, ``depth``, ``pid``, the timeout headers) are checked against the
+ranges documented in :mod:`twinkle.sandbox.validation`; a value outside them answers 400.
 File operations go through :mod:`twinkle.sandbox.files`,
 which never follows a sandbox-made symlink on the host.
 """
@@ -13,19 +15,36 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import gzip
 import json
 import signal
 import struct
 import time
+import zlib
 from email.parser import BytesParser
 from email.policy import HTTP
 from typing import Any
 
-from twinkle.sandbox.asgi_io import read_body, send_empty, send_json, send_raw
-from twinkle.sandbox.files import OutsideSandbox, ThroughSymlink, normalize
+from twinkle.errors import SandboxError
+from twinkle.sandbox.asgi_io import BodyTooLarge, read_body, send_empty, send_json, send_raw
+from twinkle.sandbox.files import (
+    IN_SANDBOX_SCRIPT,
+    OutsideSandbox,
+    ThroughSymlink,
+    in_sandbox_entries,
+    normalize,
+)
 from twinkle.sandbox.processes import InitError, Process
 from twinkle.sandbox.sandbox import Sandbox, SandboxManager
+from twinkle.sandbox.validation import (
+    MAX_LIST_DEPTH,
+    MAX_PID,
+    MAX_RPC_BODY,
+    MAX_UPLOAD,
+    InvalidRequest,
+    connect_timeout_s,
+    integer,
+    keepalive_s,
+)
 
 _CONNECT_STATUS = {
     "invalid_argument": 400,
@@ -48,7 +67,7 @@ _SIGNALS = {
 }
 
 
-class RpcError(Exception):
+class RpcError(SandboxError):
     """A Connect error: a code string from the Connect spec and a message."""
 
     def __init__(self, code: str, message: str) -> None:
@@ -70,7 +89,10 @@ def parse_envelope(body: bytes) -> dict[str, Any]:
     flags, length = struct.unpack(">BI", body[:5])
     if flags & 0x01:
         raise RpcError("unimplemented", "compressed messages are not supported")
-    return json.loads(body[5 : 5 + length] or b"{}")
+    message = json.loads(body[5 : 5 + length] or b"{}")
+    if not isinstance(message, dict):
+        raise RpcError("invalid_argument", "the stream request is not a JSON object")
+    return message
 
 
 class Envd:
@@ -99,20 +121,37 @@ class Envd:
         sbx: Sandbox,
     ) -> None:
         """Answer one envd request for ``sbx``."""
+        try:
+            await self._route(receive, send, method, path, headers, query, sbx)
+        except BodyTooLarge as exc:  # raised only before any reply was started
+            await send_json(send, 400, {"code": "invalid_argument", "message": str(exc)})
+
+    async def _route(
+        self,
+        receive: Any,
+        send: Any,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        query: dict[str, str],
+        sbx: Sandbox,
+    ) -> None:
         if path == "/health":
-            await read_body(receive)
+            await _read_small(receive)
             await send_empty(send, 204)
         elif path == "/files" and method == "GET":
-            await read_body(receive)
+            await _read_small(receive)
             await self._read_file(send, sbx, query.get("path", ""))
         elif path == "/files" and method == "POST":
             await self._write_files(receive, send, sbx, headers, query)
         elif path == "/process.Process/Start":
             await self._start(receive, send, sbx, headers)
         elif path.startswith(("/process.Process/", "/filesystem.Filesystem/")):
-            body = await read_body(receive)
             try:
+                body = await read_body(receive, MAX_RPC_BODY)
                 request = json.loads(body or b"{}")
+                if not isinstance(request, dict):
+                    raise InvalidRequest("the request body is not a JSON object")
                 result = await self._unary(
                     sbx, path.rsplit("/", 1)[1], path.startswith("/process."), request
                 )
@@ -127,7 +166,7 @@ class Envd:
             else:
                 await send_json(send, 200, result)
         else:
-            await read_body(receive)
+            await _read_small(receive)
             await send_json(
                 send, 404, {"code": "unimplemented", "message": f"no envd route {method} {path}"}
             )
@@ -158,11 +197,22 @@ class Envd:
         headers: dict[str, str],
         query: dict[str, str],
     ) -> None:
+        try:
+            items = await self._uploads(receive, headers, query)
+        except ValueError as exc:  # BodyTooLarge included
+            await send_json(send, 400, {"code": 400, "message": f"cannot write: {exc}"})
+            return
+        await self._write_items(send, sbx, items)
+
+    async def _uploads(
+        self, receive: Any, headers: dict[str, str], query: dict[str, str]
+    ) -> list[tuple[str, bytes]]:
+        """The ``(path, bytes)`` items of an upload (each body at most ``MAX_UPLOAD``)."""
         ctype = headers.get("content-type", "")
         items: list[tuple[str, bytes]] = []
         if ctype.startswith("multipart/form-data"):
             # The stdlib MIME parser reads form-data; no multipart package needed.
-            body = await read_body(receive)
+            body = await read_body(receive, MAX_UPLOAD)
             head = f"Content-Type: {ctype}\r\n\r\n".encode("latin-1")
             parts = list(BytesParser(policy=HTTP).parsebytes(head + body).iter_parts())
             for part in parts:
@@ -171,10 +221,13 @@ class Envd:
                     (target or part.get_filename() or "", part.get_payload(decode=True) or b"")
                 )
         else:
-            data = await read_body(receive)
+            data = await read_body(receive, MAX_UPLOAD)
             if headers.get("content-encoding") == "gzip":
-                data = gzip.decompress(data)
+                data = _gunzip(data, MAX_UPLOAD)
             items.append((query.get("path", ""), data))
+        return items
+
+    async def _write_items(self, send: Any, sbx: Sandbox, items: list[tuple[str, bytes]]) -> None:
         written = []
         try:
             for raw_path, data in items:
@@ -207,7 +260,7 @@ class Envd:
                 proc.write_stdin(stdin)
             proc.close_stdin()
         out, err = bytearray(), bytearray()
-        while (event := await proc.events.get())[0] != "end":
+        while (event := await proc.next_event())[0] != "end":
             (out if event[0] == "stdout" else err).extend(event[1])
         if event[1] != 0:
             message = err.decode(errors="replace").strip()
@@ -217,6 +270,20 @@ class Envd:
                 raise IsADirectoryError(message)
             raise PermissionError(message or f"exit code {event[1]}")
         return bytes(out)
+
+    async def _inspect(self, sbx: Sandbox, op: str, path: str, depth: int) -> list[Any]:
+        """Stat or list ``path`` inside the sandbox, in its view and with its rights.
+
+        Used for everything the host must not resolve: paths outside ``/home/user`` and
+        ``/tmp`` (``/proc/self/root/...`` there is the sandbox's root, not the server's) and
+        paths through symlinks. FileNotFoundError for what the sandbox cannot see.
+        """
+        argv = ["-I", "-S", "-c", IN_SANDBOX_SCRIPT, op, path, str(depth)]
+        proc = await self.manager.start(sbx, "python3", argv, {}, "/", stdin=False)
+        out, err = bytearray(), bytearray()
+        while (event := await proc.next_event())[0] != "end":
+            (out if event[0] == "stdout" else err).extend(event[1])
+        return in_sandbox_entries(event[1], bytes(out), bytes(err), path)
 
     async def _unary(
         self, sbx: Sandbox, method: str, is_process: bool, req: dict[str, Any]
@@ -255,13 +322,18 @@ class Envd:
         files = sbx.files
         try:
             if method == "Stat":
-                return {"entry": files.stat(normalize(req.get("path", "")))}
+                path = normalize(req.get("path", ""))
+                try:
+                    return {"entry": files.stat(path)}
+                except (OutsideSandbox, ThroughSymlink):
+                    return {"entry": (await self._inspect(sbx, "stat", path, 1))[0]}
             if method == "ListDir":
-                return {
-                    "entries": files.list_dir(
-                        normalize(req.get("path", "")), int(req.get("depth") or 1)
-                    )
-                }
+                path = normalize(req.get("path", ""))
+                depth = integer(req.get("depth") or 0, "depth", 0, MAX_LIST_DEPTH) or 1
+                try:
+                    return {"entries": files.list_dir(path, depth)}
+                except (OutsideSandbox, ThroughSymlink):
+                    return {"entries": await self._inspect(sbx, "list", path, depth)}
             if method == "MakeDir":
                 path = normalize(req.get("path", ""))
                 files.make_dir(path)
@@ -285,11 +357,19 @@ class Envd:
             raise RpcError("failed_precondition", f"path goes through a symlink: {exc}") from exc
         except (NotADirectoryError, IsADirectoryError) as exc:
             raise RpcError("invalid_argument", str(exc)) from exc
+        except InitError as exc:
+            raise RpcError("unavailable", str(exc)) from exc
+        except OSError as exc:
+            raise RpcError("internal", f"{method} failed: {exc}") from exc
         raise RpcError("unimplemented", f"filesystem.Filesystem/{method} is not supported")
 
     # -- the process stream --------------------------------------------------------------
     async def _start(self, receive: Any, send: Any, sbx: Sandbox, headers: dict[str, str]) -> None:
-        body = await read_body(receive)
+        oversize: BodyTooLarge | None = None
+        try:
+            body = await read_body(receive, MAX_RPC_BODY)
+        except BodyTooLarge as exc:
+            body, oversize = b"", exc  # answered in the stream below
         await send(
             {
                 "type": "http.response.start",
@@ -298,8 +378,14 @@ class Envd:
             }
         )
         try:
+            timeout = connect_timeout_s(headers.get("connect-timeout-ms"))
+            keepalive = keepalive_s(headers.get("keepalive-ping-interval"))
+            if oversize is not None:
+                raise oversize
             req = parse_envelope(body)
             config = req.get("process") or {}
+            if not isinstance(config, dict):
+                raise InvalidRequest("process must be an object")
             if not config.get("cmd"):
                 raise RpcError("invalid_argument", "process.cmd is required")
             proc = await self.manager.start(
@@ -320,13 +406,7 @@ class Envd:
                 )
             await end_stream(send, {"error": {"code": error.code, "message": error.message}})
             return
-        deadline_ms = headers.get("connect-timeout-ms")
-        deadline = (
-            time.monotonic() + int(deadline_ms) / 1000
-            if deadline_ms and deadline_ms.isdigit()
-            else None
-        )
-        keepalive = float(headers.get("keepalive-ping-interval") or 30)
+        deadline = time.monotonic() + timeout if timeout is not None else None
         # A client that goes away does not stop the command (E2B semantics: a background
         # command outlives its handle); its deadline does. Sends after a disconnect are no-ops,
         # so the loop keeps draining the pipes until the command ends or the deadline kills it.
@@ -354,7 +434,7 @@ class Envd:
                 return
             wait = keepalive if deadline is None else min(keepalive, deadline - time.monotonic())
             try:
-                kind, value = await asyncio.wait_for(proc.events.get(), timeout=wait)
+                kind, value = await asyncio.wait_for(proc.next_event(), timeout=wait)
             except TimeoutError:
                 if deadline is None or time.monotonic() < deadline:
                     await emit({"keepalive": {}})
@@ -378,7 +458,7 @@ class Envd:
 
 def _select(sbx: Sandbox, selector: dict[str, Any]) -> Process:
     if "pid" in selector:
-        proc = sbx.processes.get(int(selector["pid"]))
+        proc = sbx.processes.get(integer(selector["pid"], "pid", 1, MAX_PID))
     else:
         proc = next(
             (p for p in sbx.processes.values() if p.tag and p.tag == selector.get("tag")), None
@@ -386,6 +466,23 @@ def _select(sbx: Sandbox, selector: dict[str, Any]) -> Process:
     if proc is None:
         raise RpcError("not_found", f"process {selector} not found")
     return proc
+
+
+async def _read_small(receive: Any) -> None:
+    """Read (and drop) the body of a request that has none; refuse a large one."""
+    await read_body(receive, MAX_RPC_BODY)
+
+
+def _gunzip(data: bytes, limit: int) -> bytes:
+    """Decompress a gzip body, refusing one that would grow past ``limit`` bytes."""
+    try:
+        inflater = zlib.decompressobj(wbits=31)
+        out = inflater.decompress(data, limit + 1)
+    except zlib.error as exc:
+        raise InvalidRequest(f"the gzip body is corrupt: {exc}") from None
+    if len(out) > limit or inflater.unconsumed_tail:
+        raise InvalidRequest(f"the decompressed upload is over the limit of {limit} bytes")
+    return out
 
 
 async def end_stream(send: Any, payload: dict[str, Any]) -> None:

@@ -8,14 +8,19 @@ the previous directory's file descriptor with ``O_NOFOLLOW`` (plain ``os`` calls
 :class:`ThroughSymlink`; the caller then does the operation inside the sandbox instead, where
 the link resolves in the sandbox's own view and with its own rights.
 
-Paths outside ``/home/user`` and ``/tmp`` are the read-only host view: metadata is read on
-the host (hidden directories answer "not found"), contents are read inside the sandbox, and
-writes are refused as on a read-only file system.
+Paths outside ``/home/user`` and ``/tmp`` (``/proc/self/root/...``, ``/etc``, anything the
+sandbox sees read-only) are never touched on the host: they raise :class:`OutsideSandbox`,
+and the caller reads, stats or lists them inside the sandbox, as the sandbox user in its own
+mount and PID namespaces (:data:`IN_SANDBOX_SCRIPT`), so ``/proc/self`` is the helper's own
+and everything the sandbox cannot see answers "not found". Writes there are refused as on a
+read-only file system. Only regular files are read or written on the host (a FIFO would
+block the server).
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import posixpath
 import shutil
@@ -26,21 +31,64 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from twinkle.errors import SandboxError
 from twinkle.sandbox.isolation import SANDBOX_HOME, SANDBOX_TMP
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: Stat or list a path inside the sandbox: ``python3 -I -S -c SCRIPT stat|list PATH DEPTH``.
+#: Prints a JSON list of ``[path, mode, size, mtime, symlink target or null]``, or on failure
+#: the errno name and message on stderr (exit status 3). Runs on the template's python3.
+IN_SANDBOX_SCRIPT = """
+import errno, json, os, stat, sys
+def info(p):
+    st = os.lstat(p)
+    return [p, st.st_mode, st.st_size, st.st_mtime,
+            os.readlink(p) if stat.S_ISLNK(st.st_mode) else None]
+def walk(p, depth, out):
+    with os.scandir(p) as it:
+        names = sorted(e.name for e in it)
+    for name in names:
+        child = p.rstrip('/') + '/' + name
+        try:
+            out.append(info(child))
+        except FileNotFoundError:
+            continue
+        if depth > 1 and stat.S_ISDIR(out[-1][1]):
+            try:
+                walk(child, depth - 1, out)
+            except OSError:
+                pass
+op, path, depth = sys.argv[1], sys.argv[2], int(sys.argv[3])
+try:
+    out = [info(path)] if op == 'stat' else []
+    if op == 'list':
+        walk(path, depth, out)
+except OSError as e:
+    sys.stderr.write(errno.errorcode.get(e.errno, 'EIO') + ' ' + (e.strerror or str(e)))
+    sys.exit(3)
+sys.stdout.write(json.dumps(out))
+"""
+_ERRNO_EXCEPTIONS: dict[str, type[OSError]] = {
+    "ENOENT": FileNotFoundError,
+    "ENOTDIR": NotADirectoryError,
+    "EACCES": PermissionError,
+    "EPERM": PermissionError,
+    "ELOOP": FileNotFoundError,
+}
 
 
-class ThroughSymlink(Exception):
+class ThroughSymlink(SandboxError):
     """The path goes through a symlink; do the operation inside the sandbox."""
 
 
-class OutsideSandbox(Exception):
+class OutsideSandbox(SandboxError):
     """The path is in the read-only host view, not in the sandbox's own directories."""
 
 
 def normalize(path: str) -> str:
     """An absolute, normalized sandbox path (relative paths are taken from ``/home/user``)."""
+    if not isinstance(path, str):
+        raise ValueError(f"path must be a string, got {type(path).__name__}")
     if not path:
         raise ValueError("path must not be empty")
     if "\x00" in path:
@@ -57,6 +105,19 @@ def _raise_if_symlink(exc: OSError, name: str, dir_fd: int, path: str) -> None:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         if stat_mod.S_ISLNK(st.st_mode):
             raise ThroughSymlink(path) from None
+
+
+def in_sandbox_entries(exit_code: int, stdout: bytes, stderr: bytes, path: str) -> list[Any]:
+    """The entries :data:`IN_SANDBOX_SCRIPT` printed, or the OSError it reported."""
+    if exit_code != 0:
+        name, _, message = stderr.decode(errors="replace").strip().partition(" ")
+        error = _ERRNO_EXCEPTIONS.get(name, OSError)
+        raise error(f"{path}: {message or name or f'exit code {exit_code}'}")
+    out = []
+    for entry_path, mode, size, mtime, target in json.loads(stdout):
+        st = os.stat_result((mode, 0, 0, 0, 0, 0, size, 0, int(mtime), 0, 0.0, mtime, 0.0))
+        out.append(entry_info(entry_path, st, target))
+    return out
 
 
 def entry_info(path: str, st: os.stat_result, target: str | None = None) -> dict[str, Any]:
@@ -90,7 +151,6 @@ class SandboxFiles:
     Args:
         sandbox_dir: the sandbox's host directory (holding ``home`` and ``tmp``).
         owner: host uid and gid given to everything the API creates.
-        hidden: host directories that do not exist in the sandbox's view.
 
     Example:
         >>> import tempfile
@@ -100,12 +160,9 @@ class SandboxFiles:
         b'hi'
     """
 
-    def __init__(
-        self, sandbox_dir: Path, owner: tuple[int, int], hidden: tuple[str, ...] = ()
-    ) -> None:
+    def __init__(self, sandbox_dir: Path, owner: tuple[int, int]) -> None:
         self.sandbox_dir = sandbox_dir
         self.owner = owner
-        self.hidden = hidden
 
     # -- path handling -------------------------------------------------------------------
     def _split(self, path: str) -> tuple[Path, list[str]]:
@@ -115,14 +172,6 @@ class SandboxFiles:
                 rest = path[len(prefix) :].strip("/")
                 return self.sandbox_dir / sub, [c for c in rest.split("/") if c]
         raise OutsideSandbox(path)
-
-    def _host_view(self, path: str) -> Path:
-        """The host path of a read-only-view path, or FileNotFoundError if it is hidden."""
-        if path != "/home":  # /home exists in the sandbox, holding only 'user'
-            for hidden in self.hidden:
-                if path == hidden or path.startswith(hidden.rstrip("/") + "/"):
-                    raise FileNotFoundError(path)
-        return Path(path)
 
     @contextmanager
     def _parent(self, path: str, create: bool = False) -> Iterator[tuple[int, str]]:
@@ -176,14 +225,20 @@ class SandboxFiles:
         """The file's bytes. Raises ThroughSymlink or OutsideSandbox for the in-sandbox path."""
         with self._parent(path) as (pfd, name):
             try:
-                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
+                fd = os.open(
+                    name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=pfd
+                )
             except OSError as exc:
                 if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a symlink
                     raise ThroughSymlink(path) from None
                 raise
             with os.fdopen(fd, "rb") as fh:
-                if stat_mod.S_ISDIR(os.fstat(fh.fileno()).st_mode):
+                mode = os.fstat(fh.fileno()).st_mode
+                if stat_mod.S_ISDIR(mode):
                     raise IsADirectoryError(path)
+                if not stat_mod.S_ISREG(mode):
+                    raise ValueError(f"{path} is not a regular file")
+                os.set_blocking(fh.fileno(), True)
                 return fh.read()
 
     def write(self, path: str, data: bytes) -> dict[str, str]:
@@ -192,26 +247,28 @@ class SandboxFiles:
             try:
                 fd = os.open(
                     name,
-                    os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                    os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                     0o644,
                     dir_fd=pfd,
                 )
             except OSError as exc:
                 if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a symlink
                     raise ThroughSymlink(path) from None
+                if exc.errno == errno.ENXIO:  # a FIFO without a reader
+                    raise ValueError(f"{path} is not a regular file") from None
                 raise
             with os.fdopen(fd, "wb") as fh:
+                if not stat_mod.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                    raise ValueError(f"{path} is not a regular file")
+                os.set_blocking(fh.fileno(), True)
+                os.ftruncate(fh.fileno(), 0)
                 os.fchown(fh.fileno(), *self.owner)
                 fh.write(data)
         return {"name": posixpath.basename(path), "type": "file", "path": path}
 
     def stat(self, path: str) -> dict[str, Any]:
-        try:
-            base, parts = self._split(path)
-        except OutsideSandbox:
-            host = self._host_view(path)
-            st = os.lstat(host)
-            return entry_info(path, st, os.readlink(host) if stat_mod.S_ISLNK(st.st_mode) else None)
+        """The entry of ``path``; ThroughSymlink or OutsideSandbox: stat it in the sandbox."""
+        base, parts = self._split(path)
         if not parts:
             return entry_info(path, os.stat(base))
         with self._parent(path) as (pfd, name):
@@ -222,10 +279,6 @@ class SandboxFiles:
     def list_dir(self, path: str, depth: int = 1) -> list[dict[str, Any]]:
         """Entries below ``path`` down to ``depth`` levels (symlinked directories not entered)."""
         depth = max(depth, 1)
-        try:
-            self._split(path)
-        except OutsideSandbox:
-            return self._list_host(path, depth)
         out: list[dict[str, Any]] = []
         with self._dir(path) as fd:
             self._walk(fd, path, depth, out)
@@ -243,26 +296,6 @@ class SandboxFiles:
                     self._walk(sub, child, depth - 1, out)
                 finally:
                     os.close(sub)
-
-    def _list_host(self, path: str, depth: int) -> list[dict[str, Any]]:
-        host = self._host_view(path)
-        if path == "/home":
-            return [entry_info("/home/user", os.stat(self.sandbox_dir / "home"))]
-        out = []
-        for name in sorted(os.listdir(host)):
-            child = posixpath.join(path, name)
-            try:
-                st = os.lstat(self._host_view(child))
-            except FileNotFoundError:
-                continue
-            out.append(
-                entry_info(
-                    child, st, os.readlink(host / name) if stat_mod.S_ISLNK(st.st_mode) else None
-                )
-            )
-            if depth > 1 and stat_mod.S_ISDIR(st.st_mode):
-                out.extend(self._list_host(child, depth - 1))
-        return out
 
     def make_dir(self, path: str) -> None:
         """Create the directory and its parents; FileExistsError if it already exists."""

@@ -24,6 +24,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from twinkle.errors import SandboxError
 from twinkle.sandbox.processes import BOOTSTRAP
 from twinkle.sandbox.templates import Template
 
@@ -56,7 +57,7 @@ fi
 """
 
 
-class IsolationError(RuntimeError):
+class IsolationError(SandboxError, RuntimeError):
     """bubblewrap is missing or cannot create namespaces here."""
 
 

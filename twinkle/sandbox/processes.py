@@ -16,18 +16,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import os
 import signal
 import socket
 import subprocess
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import count
 from pathlib import Path
 from typing import Any
 
+from twinkle.errors import SandboxError
+
 _READ_CHUNK = 64 * 1024
+#: The most unread output (bytes, stdout and stderr together) the server holds per command.
+#: Past it the server stops reading the command's pipes until the client has taken some, so
+#: the command blocks in ``write`` (backpressure); nothing is dropped.
+OUTPUT_WINDOW = 8 * 1024 * 1024
 #: The init's command line: it reads the spawner program as the first packet on its socket,
 #: so ``ps`` in the sandbox shows a short line instead of the program's source.
 BOOTSTRAP = "import os, sys; exec(os.read(int(sys.argv[1]), 1 << 20))"
@@ -36,7 +44,7 @@ _SPAWNER_SOURCE = Path(__file__).with_name("spawner.py").read_bytes()
 START_TIMEOUT = 30.0
 
 
-class InitError(OSError):
+class InitError(SandboxError, OSError):
     """The sandbox's init is gone or could not start a command."""
 
 
@@ -45,7 +53,8 @@ class Process:
     """One command running in a sandbox; its output and exit arrive on ``events``.
 
     ``pid`` is the PID inside the sandbox (what ``ps`` there shows); ``exit_code`` is the exit
-    status, or minus the signal number that ended it.
+    status, or minus the signal number that ended it. Consumers take events with
+    :meth:`next_event`, which keeps the output window's accounting (see ``OUTPUT_WINDOW``).
     """
 
     request: int
@@ -57,6 +66,19 @@ class Process:
     exit_code: int | None = None
     stdin: asyncio.WriteTransport | None = None
     outputs: dict[int, str] = field(default_factory=dict)  # read fd -> "stdout" / "stderr"
+    #: Output bytes queued on ``events`` and not yet taken; the pipes are not read (paused)
+    #: while it is at the spawner's window.
+    buffered: int = 0
+    paused: bool = False
+
+    async def next_event(self) -> tuple[str, Any]:
+        """The next ``(kind, value)`` event: ``stdout``/``stderr`` bytes, or ``end`` status."""
+        kind, value = await self.events.get()
+        if kind != "end":
+            self.buffered -= len(value)
+            if self.paused and self.buffered <= self.spawner.output_window // 2:
+                self.spawner.resume(self)
+        return kind, value
 
     def signal(self, sig: int = signal.SIGKILL) -> None:
         """Send ``sig`` to the command's process group (it is a session leader)."""
@@ -88,19 +110,30 @@ class Spawner:
         spawn_kwargs: extra ``subprocess.Popen`` arguments (the host uid to run as).
         isolated: whether the init has its own PID namespace; without one, killing the
             sandbox must kill each command's process group itself.
+        output_window: the most unread output bytes held per command (``OUTPUT_WINDOW``).
 
     Example (inside a running event loop)::
 
         spawner = Spawner(['python3', '-I', '-S', '-c', BOOTSTRAP, '{fd}'], {}, isolated=False)
         spawner.start()
         proc = await spawner.run(['/bin/echo', 'hi'], {'PATH': '/bin'}, '/tmp', {}, False, {})
-        await proc.events.get()   # ('stdout', b'hi\\n')
+        await proc.next_event()   # ('stdout', b'hi\\n')
     """
 
-    def __init__(self, argv: list[str], spawn_kwargs: dict[str, Any], isolated: bool) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        spawn_kwargs: dict[str, Any],
+        isolated: bool,
+        output_window: int = OUTPUT_WINDOW,
+    ) -> None:
         self.argv = argv
         self.spawn_kwargs = spawn_kwargs
         self.isolated = isolated
+        self.output_window = max(int(output_window), _READ_CHUNK)
+        #: Every command whose events may still be queued (also after it ended), so that
+        #: killing the sandbox can drop their unread output.
+        self._streams: weakref.WeakSet[Process] = weakref.WeakSet()
         self.processes: dict[int, Process] = {}  # request id -> process, until it ends
         self._ids = count(1)
         self._pending: dict[int, asyncio.Future[int]] = {}
@@ -199,6 +232,10 @@ class Spawner:
         self._pending.clear()
         for proc in list(self.processes.values()):
             self._finish(proc, -signal.SIGKILL)
+        # The sandbox is gone: its unread output goes too (a client that never reads must not
+        # keep it in memory); each stream keeps only its end event.
+        for proc in list(self._streams):
+            _drop_output(proc)
         if self._devnull is not None:
             os.close(self._devnull)
             self._devnull = None
@@ -308,6 +345,7 @@ class Spawner:
                 if fd is not None:
                     os.close(fd)
         self.processes[request] = proc
+        self._streams.add(proc)
         for fd, name in ((out_r, "stdout"), (err_r, "stderr")):
             os.set_blocking(fd, False)
             proc.outputs[fd] = name
@@ -339,6 +377,25 @@ class Spawner:
             self._close_output(proc, fd)
         elif proc.exit_code is None:
             proc.events.put_nowait((proc.outputs[fd], chunk))
+            proc.buffered += len(chunk)
+            if proc.buffered >= self.output_window:
+                self._pause(proc)
+
+    def _pause(self, proc: Process) -> None:
+        """Stop reading the command's pipes: it blocks once they are full (backpressure)."""
+        if proc.paused or self._loop is None:
+            return
+        proc.paused = True
+        for fd in proc.outputs:
+            self._loop.remove_reader(fd)
+
+    def resume(self, proc: Process) -> None:
+        """Read the command's pipes again (its client took output, or it ended)."""
+        if not proc.paused or self._loop is None:
+            return
+        proc.paused = False
+        for fd in proc.outputs:
+            self._loop.add_reader(fd, self._pump, proc, fd)
 
     def _close_output(self, proc: Process, fd: int) -> None:
         if proc.outputs.pop(fd, None) is not None and self._loop is not None:
@@ -349,16 +406,21 @@ class Spawner:
     def _finish(self, proc: Process, status: int) -> None:
         """The command ended: pass on what it wrote, then its status.
 
-        Its output is in the pipes by now, so reading until they are empty loses nothing. A
+        Its output is in the pipes by now, so reading what they hold loses nothing (at most
+        their capacity: a background child that keeps writing must not hold the loop here). A
         background child may still hold them open (``server &``); those pipes stay drained
         and are closed at EOF or when the sandbox dies, so the child never gets SIGPIPE.
         """
         if proc.exit_code is not None:
             return
         for fd, name in list(proc.outputs.items()):
-            while True:
+            try:
+                left = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+            except OSError:
+                left = _READ_CHUNK
+            while left > 0:
                 try:
-                    chunk = os.read(fd, _READ_CHUNK)
+                    chunk = os.read(fd, min(_READ_CHUNK, left))
                 except BlockingIOError:
                     break
                 except OSError:
@@ -367,7 +429,11 @@ class Spawner:
                     self._close_output(proc, fd)
                     break
                 proc.events.put_nowait((name, chunk))
+                proc.buffered += len(chunk)
+                left -= len(chunk)
         proc.exit_code = status
+        # From now on the pipes are only drained (a background child may still write).
+        self.resume(proc)
         self.processes.pop(proc.request, None)
         if self._sock is None:  # the sandbox is gone: nothing will hold the pipes any more
             for fd in list(proc.outputs):
@@ -375,3 +441,15 @@ class Spawner:
             if proc.stdin is not None:
                 proc.stdin.abort()
         proc.events.put_nowait(("end", status))
+
+
+def _drop_output(proc: Process) -> None:
+    """Discard the command's queued output, keeping its end event if it is queued."""
+    kept = []
+    while not proc.events.empty():
+        event = proc.events.get_nowait()
+        if event[0] == "end":
+            kept.append(event)
+    proc.buffered = 0
+    for event in kept:
+        proc.events.put_nowait(event)

@@ -5,25 +5,30 @@ Everything here runs on the server's asyncio loop. A sandbox is a host directory
 started under bubblewrap at create time; every command is forked by that init inside the
 sandbox's namespaces, so commands share processes, network and files as on one machine.
 Killing the init's process group collapses the sandbox's PID namespace, which removes
-everything its commands started, including background and forked children.
+everything its commands started, including background and forked children. Deleting its
+files happens off the loop, on one cleanup thread: removing a sandbox with 200k files must
+not stall every other sandbox's requests.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import hmac
 import os
 import secrets
 import shutil
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from twinkle.errors import SandboxError
 from twinkle.sandbox.files import SandboxFiles
 from twinkle.sandbox.isolation import SANDBOX_HOME, Isolation, IsolationError
-from twinkle.sandbox.processes import Process, Spawner
+from twinkle.sandbox.processes import OUTPUT_WINDOW, Process, Spawner
 from twinkle.sandbox.templates import Template, TemplateRegistry
 
 #: The envd version reported to the SDK; 0.5.7 unlocks octet-stream uploads and stdin control.
@@ -33,7 +38,7 @@ _PROFILE = (
 )
 
 
-class SetupError(RuntimeError):
+class SetupError(SandboxError, RuntimeError):
     """A template's setup command failed while creating a sandbox."""
 
 
@@ -98,6 +103,8 @@ class SandboxManager:
         max_sandboxes: refuse to create more than this many live sandboxes.
         token_key: the secret that access tokens are derived from (random by default; the
             server passes its API key, so tokens stay valid across a restart).
+        output_window: the most unread output bytes held per command; past it the command
+            blocks until its client reads (see :data:`twinkle.sandbox.processes.OUTPUT_WINDOW`).
 
     Example (inside a running event loop)::
 
@@ -113,13 +120,19 @@ class SandboxManager:
         root: Path,
         max_sandboxes: int = 1024,
         token_key: bytes | None = None,
+        output_window: int = OUTPUT_WINDOW,
     ) -> None:
         self.templates = templates
+        self.output_window = output_window
         self._token_key = token_key or secrets.token_bytes(32)
         self.isolation = isolation
         self.root = root
         self.max_sandboxes = max_sandboxes
         self.sandboxes: dict[str, Sandbox] = {}
+        #: Removes killed sandboxes' directories, off the event loop (see ``kill``).
+        self._cleaner = concurrent.futures.ThreadPoolExecutor(1, "twinkle-sandbox-cleanup")
+        self._cleanups: set[concurrent.futures.Future[None]] = set()
+        self._cleanups_lock = threading.Lock()
         self.owner = isolation.owner()
         self._has_python = shutil.which("python", path="/usr/local/bin:/usr/bin:/bin") is not None
 
@@ -144,7 +157,9 @@ class SandboxManager:
         except IsolationError as exc:
             raise SetupError(str(exc)) from exc
         self._make_dirs(directory)
-        spawner = Spawner(init, self.isolation.spawn_kwargs(), self.isolation.isolated)
+        spawner = Spawner(
+            init, self.isolation.spawn_kwargs(), self.isolation.isolated, self.output_window
+        )
         try:
             spawner.start()  # the init boots while the client gets its answer
         except OSError as exc:
@@ -161,7 +176,7 @@ class SandboxManager:
             network=network,
             started_at=now,
             end_at=now + timeout,
-            files=SandboxFiles(directory, self.owner, hidden=(str(self.root), "/root", "/home")),
+            files=SandboxFiles(directory, self.owner),
             spawner=spawner,
         )
         self.sandboxes[sandbox_id] = sbx
@@ -178,7 +193,7 @@ class SandboxManager:
     async def _setup(self, sbx: Sandbox, command: str) -> None:
         proc = await self.start(sbx, "/bin/bash", ["-l", "-c", command], {}, None, stdin=False)
         output = []
-        while (event := await proc.events.get())[0] != "end":
+        while (event := await proc.next_event())[0] != "end":
             output.append(event[1])
         if event[1] != 0:
             tail = b"".join(output).decode(errors="replace")[-2000:]
@@ -223,15 +238,47 @@ class SandboxManager:
         return sbx
 
     def kill(self, sandbox_id: str) -> bool:
-        """Kill every process of the sandbox and delete its files; False if it did not exist."""
+        """Kill every process of the sandbox and delete its files; False if it did not exist.
+
+        Returns once the processes are signalled; the files are deleted by the cleanup thread
+        (see ``wait_cleanups``), so a large sandbox does not hold up the server's loop.
+        """
         sbx = self.sandboxes.pop(sandbox_id, None)
         if sbx is None:
             return False
         sbx.kill_processes()
-        shutil.rmtree(sbx.directory, ignore_errors=True)
+        self.remove_later(sbx.directory)
         # Its processes die a moment after the kill: remove anything they wrote meanwhile.
-        sbx.spawner.on_exit = lambda: shutil.rmtree(sbx.directory, ignore_errors=True)
+        sbx.spawner.on_exit = lambda: self.remove_later(sbx.directory)
         return True
+
+    def remove_later(self, directory: Path) -> None:
+        """Delete ``directory`` (and all below it) on the cleanup thread."""
+        try:
+            future = self._cleaner.submit(shutil.rmtree, directory, ignore_errors=True)
+        except RuntimeError:  # the executor was shut down (interpreter exit): remove it here
+            shutil.rmtree(directory, ignore_errors=True)
+            return
+        with self._cleanups_lock:
+            self._cleanups.add(future)
+        future.add_done_callback(self._cleanup_done)
+
+    def _cleanup_done(self, future: concurrent.futures.Future[None]) -> None:
+        with self._cleanups_lock:
+            self._cleanups.discard(future)
+
+    @property
+    def cleaning(self) -> int:
+        """How many directory removals are queued or running."""
+        with self._cleanups_lock:
+            return len(self._cleanups)
+
+    def wait_cleanups(self, timeout: float | None = None) -> bool:
+        """Wait until every queued directory removal is done; False if ``timeout`` passed."""
+        with self._cleanups_lock:
+            pending = set(self._cleanups)
+        _, not_done = concurrent.futures.wait(pending, timeout=timeout)
+        return not not_done
 
     def reap(self) -> int:
         """Kill the sandboxes whose lifetime has ended; returns how many."""
@@ -246,13 +293,19 @@ class SandboxManager:
             await asyncio.sleep(interval)
             self.reap()
 
-    def shutdown(self) -> None:
-        """Kill every sandbox (server shutdown), and wait for their inits to end."""
+    def shutdown(self, wait_files: bool = True) -> None:
+        """Kill every sandbox (server shutdown), and wait for their inits to end.
+
+        ``wait_files``: also wait (up to two minutes) until their files are deleted; False on
+        the event loop, which must stay free to close the open streams.
+        """
         killed = list(self.sandboxes.values())
         for sbx in killed:
             self.kill(sbx.sandbox_id)
         for sbx in killed:
             sbx.spawner.reap(timeout=2.0)
+        if wait_files:
+            self.wait_cleanups(timeout=120.0)
 
     # -- processes -----------------------------------------------------------------------
     async def start(

@@ -4,12 +4,23 @@ uvicorn serves the ASGI app on one loopback port; the thread owns the event loop
 sandbox processes belong to. ``stop()`` (or leaving the ``with`` block) shuts uvicorn down,
 which kills every sandbox's process group and deletes its files; an ``atexit`` hook does
 the same if the interpreter exits first.
+
+No orphans: each server writes its PID (and the process's start time, so a reused PID does
+not count) to ``.server-pid`` in its folder, and at start removes, off the start path, the
+``twinkle-sandboxes-*`` folders beside its own whose server is gone (killed with SIGKILL,
+say) and the sandboxes a dead server left in its own folder. A server given ``parent_pid``
+(``twinkle sandbox serve --parent-pid``, as the flows start it) shuts down cleanly once that
+process is no longer its parent, so a ``kill -9`` of ``twinkle run`` takes it along; each
+sandbox's bubblewrap dies with the server in any case (``--die-with-parent``).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import logging
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -23,6 +34,14 @@ from twinkle.sandbox.isolation import ETC_PROFILE, Isolation, IsolationError, fi
 from twinkle.sandbox.sandbox import SandboxManager
 from twinkle.sandbox.templates import TemplateRegistry
 from twinkle.utils.serving import ThreadedServer
+
+log = logging.getLogger(__name__)
+
+#: The prefix of a server's own temporary folder; stale ones are removed at start.
+ROOT_PREFIX = "twinkle-sandboxes-"
+#: The file in a server's folder that names the process owning it: "PID START_TIME".
+PID_FILE = ".server-pid"
+_SANDBOX_DIR = re.compile(r"^i[0-9a-f]{20}$")
 
 
 class SandboxServer:
@@ -38,6 +57,10 @@ class SandboxServer:
             command can read and write anything the server's user can. Never the default.
         root: directory for sandbox files (a fresh temporary directory by default).
         max_sandboxes: the most sandboxes alive at once.
+        output_window_mb: the most unread output (MiB) the server holds per command; past it
+            the command blocks in ``write`` until its client reads (backpressure).
+        parent_pid: shut down (``serve_forever`` returns, cleaning up) once this process is no
+            longer the server's parent: the process that started it died.
 
     Raises:
         IsolationError: bubblewrap is not usable and ``unisolated`` is False.
@@ -58,7 +81,10 @@ class SandboxServer:
         unisolated: bool = False,
         root: str | Path | None = None,
         max_sandboxes: int = 1024,
+        output_window_mb: float = 8,
+        parent_pid: int | None = None,
     ) -> None:
+        self.parent_pid = parent_pid
         self.api_key = api_key or os.environ.get("E2B_API_KEY") or ""
         if not self.api_key:
             raise ValueError("an API key is required: pass api_key= or set E2B_API_KEY")
@@ -75,7 +101,7 @@ class SandboxServer:
         self.host, self.port = host, port
         self._own_root = root is None
         # Only a name here; start() creates the directory and stop() removes it.
-        self.root = Path(root or Path(tempfile.gettempdir(), f"twinkle-sandboxes-{token_hex(6)}"))
+        self.root = Path(root or Path(tempfile.gettempdir(), f"{ROOT_PREFIX}{token_hex(6)}"))
         bwrap, drop = found if found is not None else (None, False)
         self.isolation = Isolation(bwrap=bwrap, server_root=self.root, drop_privileges=drop)
         self.manager = SandboxManager(
@@ -84,6 +110,7 @@ class SandboxServer:
             self.root,
             max_sandboxes=max_sandboxes,
             token_key=self.api_key.encode(),
+            output_window=int(output_window_mb * 1024 * 1024),
         )
         self._sandbox_app = SandboxApp(self.manager, self.api_key)
         #: The ASGI app served by ``start()``; wrap it before starting to observe requests.
@@ -122,6 +149,7 @@ class SandboxServer:
         self.root.mkdir(parents=True, exist_ok=not self._own_root)
         os.chmod(self.root, 0o711)  # sandboxes running as another uid must reach their own dirs
         self.isolation.check_root()
+        self._remove_orphans()
         (self.root / ".etc-profile").write_text(ETC_PROFILE)
         http = ThreadedServer(
             self.app,
@@ -145,7 +173,7 @@ class SandboxServer:
             # Kill the sandboxes on their own loop first: that ends every open command stream,
             # so uvicorn's graceful shutdown does not wait on them.
             done = threading.Event()
-            loop.call_soon_threadsafe(lambda: (self.manager.shutdown(), done.set()))
+            loop.call_soon_threadsafe(lambda: (self.manager.shutdown(wait_files=False), done.set()))
             done.wait(timeout)
         if self._http is not None:
             self._http.stop(timeout)
@@ -160,12 +188,63 @@ class SandboxServer:
         self.start()
         try:
             while self._http is not None and self._http.running:
+                if self.parent_pid is not None and os.getppid() != self.parent_pid:
+                    log.warning("the sandbox server's parent %d is gone: stopping", self.parent_pid)
+                    break
                 time.sleep(0.5)
         finally:
             self.stop()
+
+    def _remove_orphans(self) -> None:
+        """Claim this folder (``.server-pid``); remove what dead servers left (in the background).
+
+        Only folders whose ``.server-pid`` names a process that is gone are touched: a folder
+        without one may belong to a server that is starting right now.
+        """
+        mine = self.root / PID_FILE
+        previous = _read_owner(mine)
+        if previous is not None and not _alive(previous):
+            for entry in self.root.iterdir():  # sandboxes of the dead server that had this root
+                if _SANDBOX_DIR.match(entry.name):
+                    self.manager.remove_later(entry)
+        staged = mine.with_name(f"{PID_FILE}.{os.getpid()}")
+        staged.write_text(f"{os.getpid()} {_start_time(os.getpid())}")
+        os.replace(staged, mine)
+        with contextlib.suppress(OSError):
+            for folder in self.root.parent.glob(f"{ROOT_PREFIX}*"):
+                owner = _read_owner(folder / PID_FILE)
+                if folder != self.root and owner is not None and not _alive(owner):
+                    log.info("removing %s, left by a sandbox server that is gone", folder)
+                    self.manager.remove_later(folder)
 
     def __enter__(self) -> SandboxServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _start_time(pid: int) -> str:
+    """The process's start time (clock ticks since boot), or "" if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    fields = stat.rsplit(")", 1)[-1].split()
+    # After the ")" of the name: state is field 3 of stat(5), start time field 22.
+    return "" if fields[0] in ("Z", "X") else fields[19]
+
+
+def _read_owner(pid_file: Path) -> tuple[int, str] | None:
+    """``(pid, start time)`` from a server's ``.server-pid``, or None if unreadable."""
+    try:
+        pid, start = pid_file.read_text().split()
+        return int(pid), start
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(owner: tuple[int, str]) -> bool:
+    """Whether the server process that wrote a ``.server-pid`` still runs."""
+    pid, start = owner
+    return _start_time(pid) == start

@@ -72,7 +72,8 @@ def _child(argv, env, cwd, limits, fds):
         try:
             os.write(
                 2,
-                f"sandbox: cannot {step} {argv[0]!r}: {getattr(exc, 'strerror', None) or exc}\n".encode(),
+                f"sandbox: cannot {step} {argv[0]!r}: "
+                f"{getattr(exc, 'strerror', None) or exc}\n".encode(),
             )
         finally:
             os._exit(127 if step == "start" and isinstance(exc, FileNotFoundError) else 126)
