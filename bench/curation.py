@@ -8,6 +8,15 @@ Prints one JSON object:
   per-character Python loops for dead-loop and token-soup checks). CPU
   time (``time.process_time``, best of ``--repeats``) is the headline figure because the
   benchmark machine is shared; wall-clock figures are printed beside it.
+  ``HardFilter.plain_ratio`` is HardFilter's CPU time over a plain per-row check of the
+  same rules (``PlainHardFilter``: string content, no think-block or tool-call
+  normalisation); ``default_chain`` is the whole default chain as ``twinkle curate`` runs
+  it (``build_pipeline()`` + ``curate_rows``, global dedup included) beside the plain
+  version (naive dedup, PlainHardFilter, the naive dead-loop and token-soup filters).
+- ``eval_set``: the hand-written, labelled set ``bench/data/curation_eval.jsonl`` (EN/ZH/
+  JA/KO) through the default chain: precision and recall per drop reason, recall per
+  reason and language, the outcome per labelled class, and the false-drop rate on clean
+  rows.
 - ``quality``: on a labelled synthetic set (``twinkle.synthetic``), each filter's recall per
   targeted defect, per language and on tool-call rows, and its false-positive rate on clean
   rows per language and on clean tool-call rows.
@@ -42,8 +51,10 @@ sys.path.insert(
 
 from twinkle.data_format import message_text, normalize_tool_calls, split_think
 from twinkle.preprocessor.base import Filter
+from twinkle.preprocessor.chain import build_pipeline, curate_rows
 from twinkle.preprocessor.dead_loop_filter import DeadLoopFilter
-from twinkle.preprocessor.hard_filter import HardFilter
+from twinkle.preprocessor.evaluation import chain_reasons, load_labelled, score
+from twinkle.preprocessor.hard_filter import HardFilter, text_width
 from twinkle.preprocessor.refuse_filter import RefuseFilter
 from twinkle.preprocessor.token_soup import TokenSoupFilter, _script_of
 from twinkle.synthetic import DEFECT_TARGETS, generate, label_of
@@ -184,6 +195,67 @@ class NaiveTokenSoupFilter(Filter):
         return None
 
 
+class PlainHardFilter(Filter):
+    """HardFilter's rules as the plain per-row check: string content read directly,
+    ``tool_calls`` by truthiness, no think-block splitting or tool-call normalisation. The
+    regexes and the complete-answer test are HardFilter's own, so only the row handling
+    differs."""
+
+    def __init__(self, hf: HardFilter) -> None:
+        self.hf = hf
+
+    def check(self, row: dict[str, Any]) -> str | None:
+        hf = self.hf
+        msgs = row["messages"]
+        users = [m.get("content") or "" for m in msgs if m.get("role") == "user"]
+        asst = [m for m in msgs if m.get("role") == "assistant"]
+        if not users:
+            return "no_user"
+        first = asst[0] if asst else None
+        if len(users) == 1:
+            kind = hf.query_kind(users[0])
+            if kind is not None:
+                if first is None:
+                    return "trivial_single_turn"
+                reply = first.get("content") or ""
+                if (
+                    len(first.get("reasoning_content") or "") < hf.min_thinking_chars
+                    and not first.get("tool_calls")
+                    and (kind == "greeting" or text_width(reply) < hf.substantive_answer_chars)
+                ):
+                    return "trivial_single_turn"
+            if len(asst) == 1:
+                reply = first.get("content") or ""
+                if (
+                    len(first.get("reasoning_content") or "") < hf.min_thinking_chars
+                    and not first.get("tool_calls")
+                    and text_width(reply) < hf.min_assistant_chars_2turn
+                    and not hf.is_complete_answer(reply)
+                ):
+                    return "shallow_reply"
+        if asst and not any(
+            (m.get("content") or "").strip() or m.get("tool_calls") or m.get("reasoning_content")
+            for m in asst
+        ):
+            return "all_empty_assistant"
+        total = 0
+        current = None
+        for m in msgs:
+            size = len(m.get("content") or "") + len(m.get("reasoning_content") or "")
+            for call in m.get("tool_calls") or ():
+                size += len(call["function"]["arguments"])
+            total += size
+            if m.get("role") == "user":
+                current = size
+            elif current is not None:
+                current += size
+            if current is not None and current > hf.max_chars_per_round:
+                return "round_too_long"
+        if total > hf.max_total_chars:
+            return "total_too_long"
+        return None
+
+
 # ------------------------------------------------------------------------ helpers
 def _cpu_and_wall(fn: Callable[[], Any], repeats: int) -> tuple[float, float]:
     best_cpu = best_wall = float("inf")
@@ -238,6 +310,23 @@ def bench_speed(n_rows: int, repeats: int) -> dict[str, Any]:
         out["filters"][name]["speedup_vs_naive"] = round(
             out["filters"][name]["rows_per_s"] / _rate(n_rows, cpu), 1
         )
+    plain = PlainHardFilter(ours["HardFilter"])
+    assert plain(rows)[0] == ours["HardFilter"](rows)[0]  # the same rules, the same rows
+    pcpu, _ = _cpu_and_wall(lambda: plain(rows), repeats)
+    hard = out["filters"]["HardFilter"]
+    hard["plain_rows_per_s"] = _rate(n_rows, pcpu)
+    hard["plain_ratio"] = round(hard["plain_rows_per_s"] / hard["rows_per_s"], 2)
+    stages = build_pipeline()
+    cpu, wall = _cpu_and_wall(lambda: curate_rows(rows, stages), repeats)
+    plain_steps = [lambda r: _naive_dedup(r), plain, *list(naive.values())[1:]]
+    ncpu, nwall = _cpu_and_wall(lambda: _chain(plain_steps)(rows), 1)
+    out["default_chain"] = {
+        "steps": [s.name for s in stages],
+        "rows_per_s": _rate(n_rows, cpu),
+        "rows_per_s_wall": _rate(n_rows, wall),
+        "plain_rows_per_s": _rate(n_rows, ncpu),
+        "plain_rows_per_s_wall": _rate(n_rows, nwall),
+    }
     cpu, wall = _cpu_and_wall(lambda: _chain(list(ours.values()))(rows), repeats)
     ncpu, nwall = _cpu_and_wall(lambda: _chain(list(naive.values()))(rows), 1)
     out["chain"] = {
@@ -312,6 +401,26 @@ def bench_quality(n_rows: int) -> dict[str, Any]:
     out["worst_recall"] = round(worst_recall, 4)
     out["worst_rule_filter_fp_rate"] = round(worst_fp, 4)
     return out
+
+
+# ---------------------------------------------------------------------- eval set
+EVAL_SET = Path(__file__).resolve().parent / "data" / "curation_eval.jsonl"
+
+
+def bench_eval_set(path: Path = EVAL_SET) -> dict[str, Any]:
+    """The default chain on the hand-written, labelled evaluation set."""
+    rows = load_labelled(path)
+    report = score(rows, chain_reasons(rows))
+    report["worst_recall_per_class_and_language"] = min(
+        f["correct"]
+        for cls, langs in report["by_class"].items()
+        if not cls.startswith("clean/")
+        for f in langs.values()
+    )
+    report["worst_precision"] = min(
+        f["precision"] for f in report["reasons"].values() if f["precision"] is not None
+    )
+    return report
 
 
 # -------------------------------------------------------------------------- dedup
@@ -418,6 +527,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes for a fast check")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--eval-set", default=str(EVAL_SET), help="labelled JSONL set (default: %(default)s)"
+    )
     parser.add_argument("--dedup-child", nargs=2, metavar=("ROWS", "WHICH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.dedup_child:
@@ -428,14 +540,22 @@ def main() -> None:
     )
     speed = bench_speed(speed_rows, 2 if args.quick else args.repeats)
     quality = bench_quality(quality_rows)
+    eval_set = bench_eval_set(Path(args.eval_set))
     dedup = bench_dedup(dedup_rows)
     result = {
         "quick": args.quick,
         "speed": speed,
         "quality": quality,
+        "eval_set": eval_set,
         "dedup": dedup,
         "targets": {
             "chain_rows_per_s>=5000": speed["chain"]["rows_per_s"] >= 5000,
+            "default_chain_rows_per_s>=5000": speed["default_chain"]["rows_per_s"] >= 5000,
+            "hard_filter_within_1.5x_of_plain": speed["filters"]["HardFilter"]["plain_ratio"]
+            <= 1.5,
+            "eval_recall>=0.95": eval_set["worst_recall_per_class_and_language"] >= 0.95,
+            "eval_precision>=0.9": eval_set["worst_precision"] >= 0.9,
+            "eval_false_drops<=0.005": eval_set["false_drop_rate"] <= 0.005,
             "recall>=0.95": quality["worst_recall"] >= 0.95,
             "rule_filter_fp<=0.005": quality["worst_rule_filter_fp_rate"] <= 0.005,
             "dedup_1m_under_10s_cpu": (dedup.get("ours", {}).get("seconds_cpu", 1e9) < 10)

@@ -133,12 +133,29 @@ def test_cascade_of_corrections_in_a_long_answer():
     assert reason(convo(filler * 20 + cascade)) == "dead_loop"
 
 
-def test_agent_rows_need_two_stuck_turns():
+def test_agent_rows_with_one_stuck_turn_are_dropped():
+    # Issue 12: the seed's two-turn rule found 0% of the loops in tool-using rows.
     one = convo(LOOPS["en"] * 2, "Running it.", "Done: 391.", agent=True)
-    assert reason(one) is None
+    assert reason(one) == "dead_loop"
     two = convo(LOOPS["en"] * 2, LOOPS["zh"] * 2, "Done: 391.", agent=True)
     assert reason(two) == "dead_loop"
-    assert reason(one, agent_min_stuck_turns=1) == "dead_loop"
+    assert reason(one, agent_min_stuck_turns=2) is None  # the seed's threshold
+
+
+def test_agent_repeating_the_same_reply_every_turn_is_a_loop():
+    same = "Let me run the test suite again to see whether it passes now."
+    looping = convo(same, same, same, "Done: 391.", agent=True)
+    assert reason(looping) is None  # off by default: agents repeat boilerplate legitimately
+    assert reason(looping, max_repeated_turn_texts=3) == "dead_loop"
+    varied = convo(
+        same,
+        "The first failure is in parse(); fixing the off-by-one.",
+        same,
+        "Done: 391.",
+        agent=True,
+    )
+    assert reason(varied, max_repeated_turn_texts=3) is None
+    assert reason(looping, max_repeated_turn_texts=4) is None
 
 
 def test_repeated_identical_tool_calls_with_identical_outputs():

@@ -54,20 +54,48 @@ def test_tie_on_messages_goes_to_more_text_then_first_seen():
     kept, _ = DedupFilter()([a, b])
     assert ids(kept) == ["a"]
     c = conv("fix the bug", asst="Done.", id_="c")
-    c["messages"].append({"role": "tool", "content": "x"})
+    c["messages"].append({"role": "tool", "content": "a much longer"})
     d = conv("fix the bug", asst="Done.", id_="d")
     d["messages"].append({"role": "tool", "content": "a much longer tool output"})
     kept, _ = DedupFilter()([c, d])
-    assert ids(kept) == ["d"]
+    assert ids(kept) == ["d"]  # c is d cut off in its last message
+
+
+def test_conversations_sharing_the_first_exchange_are_all_kept():
+    # Issue 12: same first exchange, different later tool results or turns: not copies.
+    c = conv("fix the bug", asst="Done.", id_="c")
+    c["messages"].append({"role": "tool", "content": "x"})
+    d = conv("fix the bug", asst="Done.", id_="d")
+    d["messages"].append({"role": "tool", "content": "a much longer tool output"})
+    e = conv("fix the bug", asst="Done.", extra=2, id_="e")
+    e["messages"][3]["content"] = "a different answer"
+    f = conv("fix the bug", asst="Done.", extra=2, id_="f")
+    kept, dropped = DedupFilter()([c, d, e, f, conv("fix the bug", asst="Done.", id_="g")])
+    assert ids(kept) == ["c", "d", "e", "f"]
+    assert ids(dropped) == ["g"]  # a prefix of every one of them
+
+
+def test_copies_ignore_call_ids_and_whitespace():
+    call = {"type": "function", "function": {"name": "ls", "arguments": '{"path": "."}'}}
+    a = conv("list the files", asst="Listing.", id_="a")
+    a["messages"][1]["tool_calls"] = [dict(call, id="call_1")]
+    b = conv("list the files ", asst="Listing.", id_="b")
+    b["messages"][1]["tool_calls"] = [dict(call, id="call_xyz")]
+    kept, dropped = DedupFilter()([a, b])
+    assert ids(kept) == ["a"] and ids(dropped) == ["b"]
 
 
 def test_signature_uses_head_and_tail_only():
     middle_a = "A" * 150 + "x" + "B" * 150
     middle_b = "A" * 150 + "y" + "B" * 150
-    kept, _ = DedupFilter(prefix_chars=100)([conv(middle_a, id_=0), conv(middle_b, id_=1)])
-    assert ids(kept) == [0]
-    kept, _ = DedupFilter(prefix_chars=200)([conv(middle_a, id_=0), conv(middle_b, id_=1)])
+    # The signature only groups candidates; rows whose texts differ are never dropped,
+    # whatever prefix_chars says.
+    f = DedupFilter(prefix_chars=100)
+    assert f.signature(conv(middle_a)["messages"]) == f.signature(conv(middle_b)["messages"])
+    kept, _ = f([conv(middle_a, id_=0), conv(middle_b, id_=1)])
     assert ids(kept) == [0, 1]
+    g = DedupFilter(prefix_chars=200)
+    assert g.signature(conv(middle_a)["messages"]) != g.signature(conv(middle_b)["messages"])
     kept, _ = DedupFilter()(
         [conv("q", asst="answer one", id_=0), conv("q", asst="answer two", id_=1)]
     )

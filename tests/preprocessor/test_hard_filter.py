@@ -219,3 +219,61 @@ def test_structured_reasoning_counts_as_thinking_but_not_as_size():
         ]
     }
     assert reason(HardFilter(max_chars_per_round=100, max_total_chars=100), r) is None
+
+
+# --- issue 12: judged on real data ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ask", "reply"),
+    [
+        ("Which planet is fifth from the Sun?", "The fifth planet from the Sun is Jupiter."),
+        ("Translate 'I like cats' into French.", "J'aime les chats."),
+        ("中国的首都是哪座城市？请简单回答。", "中国的首都是北京。"),
+        ("日本で一番高い山の名前を教えてください。", "日本で一番高い山は富士山です。"),
+        ("한국에서 가장 높은 산의 이름을 알려 주세요.", "한국에서 가장 높은 산은 한라산입니다."),
+    ],
+)
+def test_short_complete_answers_are_not_shallow(ask, reply):
+    assert reason(HardFilter(), row(("user", ask), ("assistant", reply))) is None
+    seed = HardFilter(keep_complete_answers=False, cjk_char_width=1)  # the seed's rule
+    assert reason(seed, row(("user", ask), ("assistant", reply))) == "shallow_reply"
+
+
+@pytest.mark.parametrize(
+    "reply",
+    ["391", "Sure!", "Here you go:", "Sure, I can help with that.", "I don't know.", "好的。"],
+)
+def test_acknowledgements_and_fragments_stay_shallow(reply):
+    ask = "Please compute 17 times 23 for my invoice check."
+    assert reason(HardFilter(), row(("user", ask), ("assistant", reply))) == "shallow_reply"
+
+
+def test_cjk_width_counts_a_chinese_character_as_three():
+    from twinkle.preprocessor.hard_filter import text_width
+
+    assert text_width("北京") == 6 and text_width("北京", 1) == 2 and text_width("ok") == 2
+    answer = "光合作用让植物利用光能把二氧化碳和水转化为有机物并释放氧气，为地球上的生命提供能量"
+    assert len(answer) < 80 <= text_width(answer)
+    ask = "用一句话说明光合作用的作用，谢谢"
+    assert (
+        reason(HardFilter(keep_complete_answers=False), row(("user", ask), ("assistant", answer)))
+        is None
+    )
+
+
+def test_trivial_single_turn_looks_at_the_answer_too():
+    long_answer = "Force equals mass times acceleration. " * 30  # over 1,000 characters
+    ask = "Explain Newton's second law"
+    assert reason(HardFilter(), row(("user", ask), ("assistant", long_answer))) is None
+    assert (
+        reason(
+            HardFilter(substantive_answer_chars=0), row(("user", ask), ("assistant", long_answer))
+        )
+        == "trivial_single_turn"
+    )  # the seed's rule: the query alone decides
+    # A greeting stays trivial whatever the reply.
+    assert (
+        reason(HardFilter(), row(("user", "hi"), ("assistant", long_answer)))
+        == "trivial_single_turn"
+    )

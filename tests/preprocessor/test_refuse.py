@@ -54,6 +54,11 @@ NOT_REFUSALS = [
     "このコマンドは sudo なしでは実行できませんが、今回は必要ありません。",
     "죄송하지만 조금 늦었습니다. 결과는 위와 같습니다.",
     "다음 단계에서는 결과를 파일로 저장할 수 있어요.",
+    # issue 12: a "cannot" that reports a result or a fact, or a caveat before an answer
+    "I'm sorry, I can't find any flights on that date. Would you like to try another day?",
+    "Unfortunately, we cannot ship to PO boxes. You will need a street address.",
+    "I'm sorry, I can't give exact numbers for 2025 yet. "
+    + "Based on 2024 data, revenue was 4.1B dollars, up 12 percent, driven by services. " * 4,
 ]
 
 
@@ -158,3 +163,57 @@ def test_rows_without_assistant_or_text_are_kept():
     )
     with pytest.raises(ValueError):
         RefuseFilter(check_window="600")
+
+
+# --- issue 12: partial declines, unlisted verbs, repeated refusals, capability statements ----
+
+PARTIAL_DECLINES = [
+    "I can't generate images here, so here is the data as a text chart: Jan 120, Feb 95.",
+    "I'm sorry, I can't provide real-time prices, but here is how to get them: run "
+    "yfinance.Ticker('AAPL').fast_info.",
+    "I won't write the phishing email itself. That said, here is a checklist for the exercise: "
+    "use a domain you own.",
+    "抱歉，我无法直接生成图片。不过，我可以用文字为你描述这幅画的构图：左侧是一座山峰。",
+    "申し訳ありませんが、画像は作成できません。代わりに、データを表にまとめました：1月 120。",
+    "죄송하지만 이미지를 그려 드릴 수는 없습니다. 대신 데이터를 표로 정리해 드릴게요: 1월 120.",
+]
+NON_ANSWERS = [
+    "I'm sorry, I cannot retrieve that information without access to your account.",
+    "I'm sorry, but I don't have access to real-time data such as weather forecasts.",
+    "I'm sorry, but I can't help with that request. " * 3,
+    "I can't help with that, but I hope you understand.",
+    "抱歉，我无法查询你的银行账户信息，请直接联系银行客服。",
+    "抱歉，我无法帮助你完成这个请求。" * 3,
+    "죄송하지만 계좌 정보에 접근해 거래 내역을 조회할 수 없습니다.",
+]
+
+
+@pytest.mark.parametrize("text", PARTIAL_DECLINES)
+def test_partial_declines_followed_by_an_answer_are_kept(text):
+    assert not _is_refusal(text)
+
+
+@pytest.mark.parametrize("text", NON_ANSWERS)
+def test_plain_and_repeated_non_answers_are_refusals(text):
+    assert _is_refusal(text)
+
+
+def test_capability_statements_are_a_policy():
+    reply = (
+        "I'm sorry, but I'm unable to book flights. My current functions are limited to "
+        "calculating loan payments."
+    )
+    tool = {"type": "function", "function": {"name": "calculate_loan_payment"}}
+    grounded = {
+        "tools": [tool],
+        "messages": [
+            {"role": "user", "content": "Book me a flight to London."},
+            {"role": "assistant", "content": reply},
+        ],
+    }
+    assert RefuseFilter()([grounded])[1] == []  # default: kept
+    assert RefuseFilter(capability_statements="drop")([grounded])[1][0]["drop_reason"] == "refusal"
+    bare = {"messages": grounded["messages"]}  # no tools: an ordinary refusal
+    assert RefuseFilter()([bare])[1][0]["drop_reason"] == "refusal"
+    with pytest.raises(ValueError):
+        RefuseFilter(capability_statements="maybe")

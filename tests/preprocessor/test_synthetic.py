@@ -64,6 +64,7 @@ def test_target_bytes_grows_rows():
     assert 3000 < size(big) < 5200
 
 
+@pytest.mark.slow
 def test_tool_outputs_are_reproduced_by_a_real_shell(tmp_path):
     rows = [r for r in generate(48, seed=9) if label_of(r)["agent"]]
     home = str(tmp_path)

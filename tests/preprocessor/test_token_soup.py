@@ -121,3 +121,50 @@ def test_every_assistant_and_reasoning_is_checked_and_max_chars():
     assert TokenSoupFilter(max_chars=100)([soup_row(late)])[1] == []
     with pytest.raises(ValueError):
         TokenSoupFilter(special_token_count=-1)
+
+
+# --- issue 12: template-token leaks at any count ------------------------------------------
+
+
+def _reply(text, ask="Summarise the meeting notes for me, please."):
+    row = {"messages": [{"role": "user", "content": ask}, {"role": "assistant", "content": text}]}
+    _kept, dropped = TokenSoupFilter()([row])
+    return dropped[0]["drop_reason"] if dropped else None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The sync moved to Thursday.<|im_end|>",
+        "Unit tests catch regressions early.</s>",
+        "Try Nimbus!<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nthanks",
+        "会议改到周四。<|endoftext|>",
+        "좋아요! [/INST] [INST] 고마워",
+    ],
+)
+def test_one_leaked_template_token_is_enough(text):
+    assert _reply(text) == "special_token_leak"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ChatML ends every turn with `<|im_end|>`.",
+        "```\n<|im_start|>user\nhi<|im_end|>\n```",
+        'The "<|eot_id|>" token ends a Llama 3 turn.',
+        "Wrap it in the s element: <s>$49.99</s> for a crossed-out price.",
+    ],
+)
+def test_mentions_of_template_tokens_are_not_leaks(text):
+    assert _reply(text) is None
+
+
+def test_a_conversation_about_templates_may_name_tokens():
+    ask = "My Llama 2 prompt is '[INST] hello [/INST]'. Where does the system prompt go?"
+    assert _reply("Inside the first [INST], wrapped in <<SYS>> tags.", ask) is None
+    assert (
+        TokenSoupFilter(template_token_count=0)(
+            [{"messages": [{"role": "assistant", "content": "Done.</s>"}]}]
+        )[1]
+        == []
+    )

@@ -40,9 +40,11 @@ _EN_WAIT = re.compile(
 _EN_HMM = re.compile(r"hmm(?P<h>m*)\b")
 _EN_ACTUALLY = re.compile(r"actually\b(?P<h>,? (?:no|wait|i was)\b)?")
 _EN_I = re.compile(  # hesitation (h) or, for "i was wrong"/"i made a mistake", cascade only (c)
-    r"i(?:(?P<h>'?ll (?:start over|try again|redo this)|'?m (?:getting confused|going in circles|lost here"
-    r"|not sure where)| keep (?:making|getting) (?:the same )?(?:errors?|mistakes?)"
-    r"| (?:made|keep making) (?:the same )?(?:mistake|error) again)|(?P<c> was wrong| made an? (?:error|mistake))\b)"
+    r"i(?:(?P<h>'?ll (?:start over|try again|redo this)"
+    r"|'?m (?:getting confused|going in circles|lost here|not sure where)"
+    r"| keep (?:making|getting) (?:the same )?(?:errors?|mistakes?)"
+    r"| (?:made|keep making) (?:the same )?(?:mistake|error) again)"
+    r"|(?P<c> was wrong| made an? (?:error|mistake))\b)"
 )
 _EN_OTHER = [
     re.compile(p)
@@ -255,13 +257,19 @@ class DeadLoopFilter(Filter):
       ``ngram_min_words * ngram_size`` characters or more).
 
     Reasoning uses the ``think_*`` profile, the visible response the strict one. A plain
-    row is dropped (``dead_loop``) when any assistant turn is stuck; an agent row when at
-    least ``agent_min_stuck_turns`` turns are stuck, or (``tool_call_loop``) when the
+    row is dropped (``dead_loop``) when any assistant turn is stuck; an agent row (one that
+    uses tools) when at least ``agent_min_stuck_turns`` turns are stuck (default 1: the
+    same loop is a loop with or without tools around it; the seed's 2 let every agent row
+    with one looping reply through), or, when ``max_repeated_turn_texts`` is set, when the
+    assistant says the same thing (``min_repeated_text_chars`` or more characters) in that
+    many turns, each too short to loop on its own (off by default: agents repeat "Now let
+    me verify the result." legitimately). It is dropped with ``tool_call_loop`` when the
     same tool calls with the same arguments get the same outputs
     ``max_repeated_tool_calls`` times.
 
     Example:
-        >>> loop = 'Wait... no wait, hmm. Actually no. Hmm, let me try again. Wait, that is wrong. ' * 3
+        >>> loop = 'Wait... no wait, hmm. Actually no. Hmm, let me try again. Wait, that is wrong. '
+        >>> loop *= 3
         >>> rows = [{'messages': [{'role': 'user', 'content': 'Compute 17*23.'},
         ...                       {'role': 'assistant', 'content': loop}]}]
         >>> DeadLoopFilter()(rows)[1][0]['drop_reason']
@@ -279,9 +287,11 @@ class DeadLoopFilter(Filter):
         think_hesitation_density_threshold: float = 15.0,
         think_cascade_threshold: int = 20,
         think_repetition_threshold: float = 0.65,
-        agent_min_stuck_turns: int = 2,
+        agent_min_stuck_turns: int = 1,
         min_hesitation_markers: int = 3,
         max_repeated_tool_calls: int = 4,
+        max_repeated_turn_texts: int = 0,
+        min_repeated_text_chars: int = 20,
     ) -> None:
         for name, value in (
             ("cascade_window", cascade_window),
@@ -292,6 +302,7 @@ class DeadLoopFilter(Filter):
             ("agent_min_stuck_turns", agent_min_stuck_turns),
             ("min_hesitation_markers", min_hesitation_markers),
             ("max_repeated_tool_calls", max_repeated_tool_calls),
+            ("min_repeated_text_chars", min_repeated_text_chars),
         ):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -301,6 +312,13 @@ class DeadLoopFilter(Filter):
         self.agent_min_stuck_turns = agent_min_stuck_turns
         self.min_hesitation_markers = min_hesitation_markers
         self.max_repeated_tool_calls = max_repeated_tool_calls
+        if not isinstance(max_repeated_turn_texts, int) or max_repeated_turn_texts < 0:
+            raise ValueError(
+                "max_repeated_turn_texts must be a non-negative int, "
+                f"got {max_repeated_turn_texts!r}"
+            )
+        self.max_repeated_turn_texts = max_repeated_turn_texts
+        self.min_repeated_text_chars = min_repeated_text_chars
         self.response_profile = _Profile(
             hesitation_density_threshold, cascade_threshold, repetition_threshold
         )
@@ -359,11 +377,6 @@ class DeadLoopFilter(Filter):
                 reasoning.append(value.strip())
         return "\n".join(reasoning), response.strip()
 
-    def turn_stuck(self, msg: dict[str, Any]) -> bool:
-        """Whether one assistant message is stuck in its reasoning or its response."""
-        think, response = self._segments(msg)
-        return self.segment_stuck(think, think=True) or self.segment_stuck(response)
-
     def check(self, row: Row) -> str | None:
         agent = False
         turns: list[tuple[str, str]] = []
@@ -398,6 +411,9 @@ class DeadLoopFilter(Filter):
             return TOOL_CALL_LOOP
         if not turns:
             return None
+        repeats = self.max_repeated_turn_texts
+        if agent and repeats and len(turns) >= repeats and self._repeats_text(turns):
+            return DEAD_LOOP
         # One scan of the whole row decides whether the marker tests can fire at all; only
         # a row with markers pays for the per-kind and per-segment scans.
         think_markers = response_markers = False
@@ -414,6 +430,19 @@ class DeadLoopFilter(Filter):
                 if stuck >= need:
                     return DEAD_LOOP
         return None
+
+    def _repeats_text(self, turns: list[tuple[str, str]]) -> bool:
+        # An agent that says the same sentence turn after turn ("Let me run the tests again
+        # to check.") while its calls change a little: each turn is too short to loop alone.
+        seen: dict[str, int] = {}
+        for _, response in turns:
+            if len(response) < self.min_repeated_text_chars:
+                continue
+            key = " ".join(response.lower().split())
+            seen[key] = seen.get(key, 0) + 1
+            if seen[key] >= self.max_repeated_turn_texts:
+                return True
+        return False
 
     def _repeats(self, steps: dict[str, int], step: list[str]) -> bool:
         # The same calls getting the same outputs again and again: the agent is not

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from twinkle.data_format import message_text
+from twinkle.data_format import message_text, normalize_tool_calls
 from twinkle.preprocessor.base import Row, drop, malformed_reason, map_col_to_row
 
 DUPLICATE = "duplicate"
@@ -85,20 +85,101 @@ def _text_chars(messages: list[Any]) -> int:
     return sum(len(message_text(m)) for m in messages if type(m) is dict)
 
 
+_MessageKey = tuple[Any, str, str]
+
+
+def _message_key(m: dict[str, Any]) -> _MessageKey:
+    """What makes two messages the same: role, stripped text and reasoning, tool calls by
+    name and arguments (call ids are generated per export and differ between copies)."""
+    calls = normalize_tool_calls(m) if m.get("tool_calls") else None
+    call_key = ""
+    if calls:
+        call_key = json.dumps(
+            [
+                [fn.get("name"), fn.get("arguments")]
+                for fn in (
+                    c.get("function") if isinstance(c.get("function"), dict) else {} for c in calls
+                )
+            ],
+            ensure_ascii=False,
+            sort_keys=True,
+            default=str,
+        )
+    reasoning = m.get("reasoning_content") or m.get("thinking") or ""
+    text = message_text(m).strip()
+    if reasoning:
+        text += "\x00" + str(reasoning).strip()
+    return (m.get("role"), text, call_key)
+
+
+def conversation_key(messages: list[Any]) -> list[_MessageKey]:
+    """The messages compared by ``DedupFilter``: dict messages only, injected-context user
+    turns (``<system-reminder>``, ...) skipped, as in the signature."""
+    out = []
+    for m in messages:
+        if type(m) is not dict and not isinstance(m, dict):
+            continue
+        if m.get("role") == "user":
+            t = message_text(m).lstrip()
+            if t[:1] == "<" and _INJECTED_RE.match(t):
+                continue
+        out.append(_message_key(m))
+    return out
+
+
+def is_truncation(short: list[_MessageKey], long: list[_MessageKey]) -> bool:
+    """Whether ``short`` is a copy of ``long`` or a strict prefix of it: every message equal,
+    except that the last one may be cut off (its text a prefix of the same message in
+    ``long``)."""
+    n = len(short)
+    if n > len(long):
+        return False
+    if n == 0:
+        return not long
+    if short[: n - 1] != long[: n - 1]:
+        return False
+    a, b = short[-1], long[n - 1]
+    return a == b or (a[0] == b[0] and a[2] == b[2] and b[1].startswith(a[1]))
+
+
+def _group_survivors(rows: list[Any], members: list[int]) -> list[int]:
+    """Rows of one signature group that are not a copy or truncation of a longer member.
+
+    ``members`` come longest first (by message count), then in input order."""
+    head = rows[members[0]]["messages"]
+    try:  # the usual group: exact copies, compared in C without building keys
+        if all(rows[i]["messages"] is head or rows[i]["messages"] == head for i in members[1:]):
+            return members[:1]
+    except Exception:  # noqa: BLE001 - content that cannot be compared: use the keys below
+        pass
+    keys = {i: conversation_key(rows[i]["messages"]) for i in members}
+    order = sorted(members, key=lambda i: (-len(keys[i]), -sum(len(k[1]) for k in keys[i]), i))
+    kept: list[int] = []
+    for i in order:
+        if not any(is_truncation(keys[i], keys[k]) for k in kept):
+            kept.append(i)
+    return kept
+
+
 class DedupFilter:
     """Exact, global, longest-wins deduplication of conversations.
 
     Needs the whole dataset in one call: rows seen in separate calls are never compared.
-    Two rows are duplicates when their signatures match: the first real user turn (head and
-    tail, ``prefix_chars`` each) and the first assistant reply after it (``asst_chars``
-    each). Injected-context user turns (``<system-reminder>``, ``<context>``, ...) are
-    skipped. Rows with neither text are compared by a hash of all their messages instead,
-    so unrelated tool-only rows are not merged. Of each group the row with the most
-    messages, then the most text, wins; the first seen wins a full tie. Kept rows keep
-    their input order. Memory: 20 bytes per row (hash, message count, index) plus one
-    sort; at 1M rows the peak above the loaded data is under 100 MB, the dropped copies
-    included. A 64-bit hash makes a false match between two of 1M distinct signatures a
-    one-in-30-million event.
+    Only copies and truncations are dropped: a row goes when its messages equal those of a
+    kept row, or are a strict prefix of them (the last message may be cut off mid-text).
+    Conversations that share their first exchange and then differ (other tool results,
+    other follow-ups) are all kept. Candidates are found by a signature: the first real
+    user turn (head and tail, ``prefix_chars`` each) and the first assistant reply after it
+    (``asst_chars`` each); only rows sharing it are compared message by message (role,
+    text, reasoning, tool-call names and arguments; call ids and other fields ignored).
+    Injected-context user turns (``<system-reminder>``, ``<context>``, ...) are skipped in
+    both. Rows with neither text are compared by a hash of all their messages instead, so
+    unrelated tool-only rows are not merged. The longest row (most messages, then most
+    text) is kept; the first seen wins a full tie. Kept rows keep their input order. A
+    copy whose *first* reply was cut off has another signature and is not merged.
+    Memory: 20 bytes per row (hash, message count, index) plus one sort; at 1M rows the
+    peak above the loaded data is under 100 MB, the dropped copies included. Rows that
+    share a signature are compared in full, so a hash collision never drops a row.
 
     Args:
         prefix_chars: characters taken from each end of the first user turn.
@@ -186,49 +267,25 @@ class DedupFilter:
     def _winners(
         cls, rows: list[Any], hashes: np.ndarray, counts: np.ndarray, positions: np.ndarray
     ) -> np.ndarray:
-        """Row index of each signature group's winner."""
+        """Row index of every kept row: each signature group's longest row and any member
+        that is not a copy or truncation of a longer one."""
         if len(positions) == 0:
             return positions
         # Sort by signature, then most messages first, then input order.
         perm = np.lexsort((positions, -counts, hashes))
         order = positions[perm]
         sorted_hashes = hashes[perm]
-        sorted_counts = counts[perm]
         first = np.ones(len(order), dtype=bool)
         first[1:] = sorted_hashes[1:] != sorted_hashes[:-1]
-        winners = order[first]
-        cls._break_char_ties(rows, order, first, sorted_hashes, sorted_counts, winners)
-        return winners
-
-    @staticmethod
-    def _break_char_ties(
-        rows: list[Any],
-        order: np.ndarray,
-        first: np.ndarray,
-        sorted_hashes: np.ndarray,
-        sorted_counts: np.ndarray,
-        winners: np.ndarray,
-    ) -> None:
-        """Within groups whose top rows tie on message count, prefer the most text (in place)."""
-        if len(order) < 2:
-            return
-        same = (sorted_hashes[1:] == sorted_hashes[:-1]) & (sorted_counts[1:] == sorted_counts[:-1])
-        # Only tie runs that start at a group's first row can change the winner.
-        group_id = np.cumsum(first) - 1
-        for s in np.flatnonzero(first[:-1] & same).tolist():
-            e = s + 1
-            while e < len(order) and same[e - 1]:
-                e += 1
-            candidates = order[s:e].tolist()  # in input order within the run
-            head = rows[candidates[0]]["messages"]
-            # Exact copies (the usual case) cannot be longer: skip counting their text.
-            rivals = [i for i in candidates[1:] if rows[i]["messages"] != head]
-            if not rivals:
-                continue
-            best = max(
-                [candidates[0], *rivals], key=lambda i: (_text_chars(rows[i]["messages"]), -i)
-            )
-            winners[group_id[s]] = best
+        last = np.ones(len(order), dtype=bool)
+        last[:-1] = first[1:]
+        winners = [order[first & last]]  # signatures seen once: nothing to compare
+        starts = np.flatnonzero(first & ~last).tolist()
+        ends = np.flatnonzero(last & ~first).tolist()
+        for s, e in zip(starts, ends):
+            group = order[s : e + 1].tolist()
+            winners.append(np.asarray(_group_survivors(rows, group), dtype=np.int64))
+        return np.concatenate(winners)
 
 
 _TOKEN_RE = re.compile(

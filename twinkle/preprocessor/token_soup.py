@@ -1,4 +1,9 @@
-"""TokenSoupFilter: drop conversations whose assistant output is garbled.
+"""TokenSoupFilter: drop conversations whose assistant output is garbled, or leaks a token.
+
+A chat-template control token (``<|im_end|>``, ``<|eot_id|>``, an unpaired ``</s>``,
+``[INST]``, ...) in a reply is a leak at any count (reason ``special_token_leak``); one in
+backticks, a code block or quotes, or in a conversation whose user, system or tool text
+names such tokens, is a mention and not counted.
 
 Character classes are counted with standard-library ``re`` over whole strings (one scan
 finds whether any replacement, control or private-use character is present at all).
@@ -29,7 +34,8 @@ from twinkle.data_format import message_text
 from twinkle.preprocessor.base import Filter, Row
 
 TOKEN_SOUP = "token_soup"
-DROP_REASONS = (TOKEN_SOUP,)
+SPECIAL_TOKEN_LEAK = "special_token_leak"
+DROP_REASONS = (TOKEN_SOUP, SPECIAL_TOKEN_LEAK)
 
 _BAD_CHARS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd\ue000-\uf8ff\U000f0000-\U0010ffff]")
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -37,6 +43,48 @@ _PRIVATE = re.compile("[\ue000-\uf8ff\U000f0000-\U0010ffff]")
 _SPECIAL = re.compile(
     r"<\|[^|>\n]{1,40}\|>|</s>|\[/?(?:PAD|UNK|SEP|CLS|MASK)\]|</?(?i:unk|pad)>|<0x[0-9A-Fa-f]{2}>"
 )
+# Chat-template control tokens: no reply contains one unless it leaked from the template
+# (``<|im_end|>``, ``<|eot_id|>``, ``<|endoftext|>``, an unpaired ``</s>``, ``[INST]``,
+# ``<<SYS>>``, ``<end_of_turn>``, DeepSeek's ``<｜end▁of▁sentence｜>``). ``<s>`` alone is
+# HTML strikethrough as often as a BOS token, so it never counts.
+_TEMPLATE_TOKEN = re.compile(
+    r"<\|[A-Za-z0-9_.:\u2581-]{1,40}\|>|<\uff5c[^\uff5c>\n]{1,40}\uff5c>|</s>|\[/?INST\]"
+    r"|<</?SYS>>|<(?:start|end)_of_turn>"
+)
+# Code (fenced blocks and inline backticks) may quote tokens: a chat-template tutorial, a
+# tokenizer config.
+_CODE_SPAN = re.compile(r"```.*?(?:```|\Z)|`[^`\n]+`", re.DOTALL)
+_QUOTES = {'"': '"', "'": "'", "\u201c": "\u201d", "\u2018": "\u2019", "\u300c": "\u300d"}
+
+
+def _leaked_tokens(text: str, context: str = "") -> int:
+    """Chat-template tokens in ``text`` that are not a mention.
+
+    A token is a mention, not a leak, when it sits in code (backticks or a fenced block) or
+    between quotes, and none counts when ``context`` (the row's user, system and tool text)
+    holds a template token too: the conversation is about chat templates. An ``</s>``
+    after an ``<s>`` closes HTML strikethrough.
+
+    Example:
+        >>> _leaked_tokens('The answer is 42.</s>'), _leaked_tokens('Use `<|im_end|>` here.')
+        (1, 0)
+    """
+    if not _TEMPLATE_TOKEN.search(text) or _TEMPLATE_TOKEN.search(context):
+        return 0
+    if "`" in text:
+        text = _CODE_SPAN.sub(" ", text)
+    count = 0
+    for m in _TEMPLATE_TOKEN.finditer(text):
+        token, start, end = m.group(), m.start(), m.end()
+        before = text[start - 1 : start]
+        if before in _QUOTES and text[end : end + 1] == _QUOTES[before]:
+            continue
+        if token == "</s>" and "<s>" in text[:start]:
+            continue
+        count += 1
+    return count
+
+
 # Letters of any script other than Latin, CJK/kana and Hangul (or anything not in the
 # common punctuation and symbol blocks): only a text holding one of these, or both Hangul
 # and CJK, can have three scripts and so any chaos at all.
@@ -220,7 +268,8 @@ def _script_chaos(text: str, min_chars: int = 40) -> float:
     such windows (0.0 below ``min_chars`` letters or 8 runs).
 
     Example:
-        >>> _script_chaos('日本語の文章はひらがなとカタカナと漢字を混ぜて書きます。Pythonで処理します。' * 3)
+        >>> ja = '日本語の文章はひらがなとカタカナと漢字を混ぜて書きます。Pythonで処理します。'
+        >>> _script_chaos(ja * 3)
         0.0
         >>> _script_chaos('ção фл 的 ساعة ภาษา 치 ления ▁the ção 的な ساعة ภาษ ' * 4) > 0.9
         True
@@ -295,6 +344,13 @@ class TokenSoupFilter(Filter):
         script_chaos_threshold: script-chaos score above which a reply is soup.
         script_chaos_min_chars: letters needed before chaos is scored.
         max_chars: examine only this many characters per reply (0 = all).
+        template_token_count: this many leaked chat-template tokens (``<|im_end|>``,
+            ``<|eot_id|>``, ``<|endoftext|>``, an unpaired ``</s>``, ``[INST]``, ...) drop a
+            row with ``special_token_leak``; 0 turns the check off. One is enough: no reply
+            writes a template token except by leaking it. Mentions are not leaks: a token
+            in backticks or a code block or in quotes is not counted, and none is when the
+            user, system or tool text of the row holds one too (a conversation about chat
+            templates).
 
     Every assistant reply (content and reasoning) is checked. Ordinary Japanese (kana and
     kanji), Korean, code, URLs and JSON are not soup.
@@ -316,6 +372,7 @@ class TokenSoupFilter(Filter):
         script_chaos_threshold: float = 0.55,
         script_chaos_min_chars: int = 40,
         max_chars: int = 0,
+        template_token_count: int = 1,
     ) -> None:
         for name, value in (
             ("replacement_char_ratio", replacement_char_ratio),
@@ -329,6 +386,7 @@ class TokenSoupFilter(Filter):
             ("special_token_count", special_token_count),
             ("script_chaos_min_chars", script_chaos_min_chars),
             ("max_chars", max_chars),
+            ("template_token_count", template_token_count),
         ):
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a non-negative int, got {value!r}")
@@ -339,6 +397,7 @@ class TokenSoupFilter(Filter):
         self.script_chaos_threshold = script_chaos_threshold
         self.script_chaos_min_chars = script_chaos_min_chars
         self.max_chars = max_chars
+        self.template_token_count = template_token_count
 
     def check(self, row: Row) -> str | None:
         pieces = []
@@ -364,16 +423,27 @@ class TokenSoupFilter(Filter):
                 pieces.append(text)
         if not pieces:
             return None
+        if self.template_token_count and any(
+            ("<" in p or "[" in p) and _TEMPLATE_TOKEN.search(p) for p in pieces
+        ):
+            context = "\n".join(
+                message_text(m)
+                for m in row["messages"]
+                if isinstance(m, dict) and m.get("role") != "assistant"
+            )
+            if sum(_leaked_tokens(p, context) for p in pieces) >= self.template_token_count:
+                return SPECIAL_TOKEN_LEAK
         # Character runs over all replies at once; the newline that joins them ends any
         # run. Chaos per reply, and only where three scripts can occur.
         joined = pieces[0] if len(pieces) == 1 else "\n".join(pieces)
         if _long_run(joined):
             return TOKEN_SOUP
         for piece in pieces:
-            if len(piece) >= self.script_chaos_min_chars and _may_be_chaotic(piece):
-                if (
-                    _chaos_of_codepoints(_codepoints(piece), self.script_chaos_min_chars)
-                    > self.script_chaos_threshold
-                ):
-                    return TOKEN_SOUP
+            if (
+                len(piece) >= self.script_chaos_min_chars
+                and _may_be_chaotic(piece)
+                and _chaos_of_codepoints(_codepoints(piece), self.script_chaos_min_chars)
+                > self.script_chaos_threshold
+            ):
+                return TOKEN_SOUP
         return None

@@ -1,6 +1,10 @@
 """The PII step is available to `twinkle curate --filters ...,pii` through the shared chain."""
 
+import pytest
+
 from twinkle.preprocessor.chain import build_pipeline, curate_rows
+
+pytestmark = pytest.mark.slow
 
 
 def test_pii_step_runs_in_the_chain_and_rewrites_emails():

@@ -81,6 +81,7 @@ def test_constructor_validates():
 # -- English ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # builds the Presidio engine and loads spaCy
 def test_english_identifiers_are_masked_and_names_replaced(pii):
     text = (
         f"Hi, I am John Smith from Acme Corp in Berlin. Mail john.smith@example.com or call "
@@ -100,24 +101,27 @@ def test_english_identifiers_are_masked_and_names_replaced(pii):
         GH_TOKEN,
     ):
         assert secret not in out, secret
-    assert "411************1111" in out  # masked, edges kept
-    assert "ghp" + "*" * (len(GH_TOKEN) - 7) + GH_TOKEN[-4:] in out
+    assert "**** **** **** ****" in out  # masked: every digit, separators kept
+    assert "***_" + "*" * (len(GH_TOKEN) - 4) in out
     assert "@" in out  # the e-mail became another e-mail, not stars
 
 
+@pytest.mark.slow  # builds the Presidio engine and loads spaCy
 def test_invalid_checksums_are_left_alone(pii):
     text = "Order 4111 1111 1111 1112 shipped, ref 110105194912310021."
     assert rewrite(pii, text) == text
 
 
+@pytest.mark.slow  # builds the Presidio engine and loads spaCy
 def test_text_without_letters_is_still_scanned(pii):
-    assert rewrite(pii, CARD) == "411************1111"
+    assert rewrite(pii, CARD) == "**** **** **** ****"
     assert rewrite(pii, "--- 42 ---") == "--- 42 ---"
 
 
 # -- Chinese ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # builds the Presidio engine and loads spaCy
 def test_chinese_row(pii):
     text = (
         f"我叫王伟，住在北京市海淀区，身份证号{CN_ID}，手机13912345678，"
@@ -127,9 +131,9 @@ def test_chinese_row(pii):
     for secret in ("王伟", "北京市海淀区", CN_ID, "13912345678", "wangwei@example.cn", "1.2.3.4"):
         assert secret not in out, secret
     # ASCII-bounded patterns: the Chinese words around the PII survive.
-    for kept in ("我叫", "身份证号", "手机139****5678", "邮箱是", "谢谢", "服务器", "连不上"):
+    for kept in ("我叫", "身份证号", "手机***********", "邮箱是", "谢谢", "服务器", "连不上"):
         assert kept in out, kept
-    assert "110***********002X" in out
+    assert "*" * 18 in out
 
 
 # -- consistency ------------------------------------------------------------------------------
@@ -152,6 +156,7 @@ def _pseudonym(text: str, prefix: str, suffix: str) -> str:
     return text[len(prefix) : len(text) - len(suffix)]
 
 
+@pytest.mark.slow  # builds the Presidio engine and loads spaCy
 def test_pseudonyms_consistent_within_row_and_call(pii):
     kept, _ = pii(_name_rows())
     a = _pseudonym(kept[0]["messages"][0]["content"], "Please email ", " today.")
@@ -160,6 +165,7 @@ def test_pseudonyms_consistent_within_row_and_call(pii):
     assert a == b == c != "Maria Garcia"
 
 
+@pytest.mark.slow  # builds the Presidio engine and loads spaCy
 def test_without_consistency_rows_get_their_own_pseudonyms():
     f = PIIPresidioFilter(languages=["en"], consistency=False, seed=1)
     kept, _ = f(_name_rows())
@@ -170,6 +176,7 @@ def test_without_consistency_rows_get_their_own_pseudonyms():
     assert c != a
 
 
+@pytest.mark.slow  # builds the Presidio engine and loads spaCy
 def test_persistent_consistency_spans_calls():
     f = PIIPresidioFilter(languages=["en"], persistent_consistency=True)
     first = rewrite(f, "Maria Garcia called.")
@@ -179,6 +186,7 @@ def test_persistent_consistency_spans_calls():
 # -- message fields ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # builds the Presidio engine and loads spaCy
 def test_tool_calls_reasoning_and_tool_outputs(pii):
     args = {"to": "john.smith@example.com", "body": "Dear John Smith", "count": 3}
     row = {
@@ -230,6 +238,7 @@ def test_tool_calls_reasoning_and_tool_outputs(pii):
     assert out[2]["tool_call_id"] == "c1"
 
 
+@pytest.mark.slow  # builds the Presidio engine and loads spaCy
 def test_json_tool_output_is_scanned_per_value(pii):
     row = {
         "messages": [
@@ -243,6 +252,7 @@ def test_json_tool_output_is_scanned_per_value(pii):
     assert kept[0]["messages"][1]["content"] == '{"status":  "ok"}'  # unchanged: byte-identical
 
 
+@pytest.mark.slow  # builds the Presidio engine and loads spaCy
 def test_a_value_found_once_is_rewritten_everywhere_in_the_row(pii):
     row = {
         "messages": [
@@ -261,6 +271,7 @@ def test_a_value_found_once_is_rewritten_everywhere_in_the_row(pii):
     assert msgs[1]["content"] == city and msgs[1]["reasoning_content"] == f"{city}, got it"
 
 
+@pytest.mark.slow  # builds the Presidio engine and loads spaCy
 def test_string_form_tool_calls_stay_strings(pii):
     calls = json.dumps(
         [{"id": "c1", "function": {"name": "dial", "arguments": json.dumps({"n": "13812345678"})}}]
@@ -268,9 +279,10 @@ def test_string_form_tool_calls_stay_strings(pii):
     kept, _ = pii([{"messages": [{"role": "assistant", "content": "", "tool_calls": calls}]}])
     new = kept[0]["messages"][0]["tool_calls"]
     assert isinstance(new, str)
-    assert json.loads(json.loads(new)[0]["function"]["arguments"]) == {"n": "138****5678"}
+    assert json.loads(json.loads(new)[0]["function"]["arguments"]) == {"n": "***********"}
 
 
+@pytest.mark.slow  # builds the Presidio engine and loads spaCy
 def test_roles_limit_what_is_rewritten():
     f = PIIPresidioFilter(languages=["en"], roles=("user",))
     row = {
@@ -281,11 +293,12 @@ def test_roles_limit_what_is_rewritten():
     }
     kept, _ = f([row])
     assert [m["content"] for m in kept[0]["messages"]] == [
-        "Call 138****5678",
+        "Call ***********",
         "Dialled 13812345678",
     ]
 
 
+@pytest.mark.slow  # builds the Presidio engine and loads spaCy
 def test_entity_strategy_and_counts():
     f = PIIPresidioFilter(
         languages=["en"],
@@ -305,6 +318,7 @@ def test_entity_strategy_and_counts():
 # -- batches ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # builds the Presidio engine and loads spaCy
 def test_bad_rows_are_dropped_with_reasons(pii):
     huge = "a" * 1_000_001  # beyond spaCy's max_length: analysis of this text fails
     rows = [
@@ -323,10 +337,11 @@ def test_bad_rows_are_dropped_with_reasons(pii):
         "malformed_empty_messages",
         "pii_error:ValueError",
     ]
-    assert kept[0]["messages"][0]["content"] == "Call 138****5678"
+    assert kept[0]["messages"][0]["content"] == "Call ***********"
     assert kept[1]["messages"] == [{"role": "user", "content": 42}, "not a message"]
 
 
+@pytest.mark.slow  # builds the Presidio engine and loads spaCy
 def test_column_dict_input(pii):
     batch = {
         "id": ["a", "b"],
@@ -338,12 +353,13 @@ def test_column_dict_input(pii):
     kept, dropped = pii(batch)
     assert dropped == []
     assert [r["id"] for r in kept] == ["a", "b"]
-    assert kept[0]["messages"][0]["content"] == "Call 138****5678"
+    assert kept[0]["messages"][0]["content"] == "Call ***********"
 
 
+@pytest.mark.slow  # builds the Presidio engine and loads spaCy
 def test_pickles_after_use(pii):
     clone = pickle.loads(pickle.dumps(pii))
-    assert rewrite(clone, "Call 13812345678") == "Call 138****5678"
+    assert rewrite(clone, "Call 13812345678") == "Call ***********"
 
 
 def test_lazy_export_and_missing_dependency_message():

@@ -99,6 +99,7 @@ def test_phone_shape():
 # -- rows --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_commands_code_and_paths_are_never_rewritten_by_ner(pii):
     script = "for i in range(1, 13 + 1):\n    print(i * i)\n"
     calls = [
@@ -122,6 +123,7 @@ def test_commands_code_and_paths_are_never_rewritten_by_ner(pii):
     assert dropped == [] and kept[0] == row  # nothing in it is personal data
 
 
+@pytest.mark.slow
 def test_prose_values_in_tool_calls_are_pseudonymised_like_the_conversation(pii):
     note = "Ask Maria Garcia about the staging credentials rotation.\n"
     row = {
@@ -151,6 +153,7 @@ def test_prose_values_in_tool_calls_are_pseudonymised_like_the_conversation(pii)
     assert msgs[4]["content"] == f"Saved; {person} will get the note."
 
 
+@pytest.mark.slow
 def test_a_name_that_a_command_holds_stays_so_the_output_still_matches(pii):
     row = {
         "messages": [
@@ -167,6 +170,7 @@ def test_a_name_that_a_command_holds_stays_so_the_output_still_matches(pii):
     assert kept[0] == row  # the command keeps the name, so hiding it elsewhere hides nothing
 
 
+@pytest.mark.slow
 def test_strong_identifiers_are_rewritten_in_commands_and_outputs_alike(pii):
     email = "maria.garcia@example.com"
     row = {
@@ -188,6 +192,7 @@ def test_strong_identifiers_are_rewritten_in_commands_and_outputs_alike(pii):
     assert msgs[1]["content"] == command.removeprefix("echo ") + "\n"
 
 
+@pytest.mark.slow
 def test_json_file_and_its_read_back_keep_their_bytes(pii):
     text = '{\n  "owner":   "maria.garcia@example.com",\n  "port": 37651\n}\n'
     row = {
@@ -211,6 +216,7 @@ def test_json_file_and_its_read_back_keep_their_bytes(pii):
     assert "maria.garcia" not in written and "@" in written
 
 
+@pytest.mark.slow
 def test_weak_recognizers_are_off_by_default_and_prose_only_when_asked(pii):
     text = "account 123456789012, licence A1234567, file note_1418.txt, port 37651, 1695 rows"
     assert (
@@ -231,11 +237,12 @@ def test_weak_recognizers_are_off_by_default_and_prose_only_when_asked(pii):
         ]
     }
     msgs = opted([row])[0][0]["messages"]
-    assert msgs[0]["content"] == "My NHS number is 943***5919."
+    assert msgs[0]["content"] == "My NHS number is **********."
     assert opted([row])[0][0]["_pii_hits"] == {"UK_NHS": 1}
     assert arguments(msgs[1])[0]["command"] == "echo 9434765919"
 
 
+@pytest.mark.slow
 def test_japanese_and_korean_text_is_not_read_by_english_or_chinese_ner(pii):
     texts = [
         "당신은 python3가 설치된 Linux 샌드박스에서 작업을 수행하는 에이전트입니다.",
@@ -259,6 +266,7 @@ def _commands(row: dict) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_bundled_rows_keep_count_and_every_command(bundled):
     rows, kept, dropped = bundled
     assert dropped == [] and len(kept) == len(rows) == 40
@@ -267,6 +275,7 @@ def test_bundled_rows_keep_count_and_every_command(bundled):
     assert [_commands(r) for r in kept] == commands
 
 
+@pytest.mark.slow
 def test_bundled_rows_still_replay_after_the_rewrite(bundled, tmp_path):
     """Run every tool call of every rewritten row in a real shell: the rewritten tool outputs
     must come back exactly. A file a row reads but never writes (a task file the sandbox
@@ -312,6 +321,7 @@ def test_bundled_rows_still_replay_after_the_rewrite(bundled, tmp_path):
     assert checked >= 40
 
 
+@pytest.mark.slow
 def test_bundled_note_names_are_still_pseudonymised(bundled):
     rows, kept, _ = bundled
     before = next(r for r in rows if "Ask Dana about" in json.dumps(r))

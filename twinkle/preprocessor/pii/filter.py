@@ -50,7 +50,9 @@ from twinkle.preprocessor.pii.rewrite import (
     TextFn,
     _fake_value,
     _hash_short,
+    _mask_all,
     _mask_keep_edges,
+    _pseudonym_seed,
     _rewrite_message,
     _row_pattern,
 )
@@ -64,13 +66,24 @@ class _RowFailed(Exception):
     """A text of this row could not be analysed."""
 
 
+class _RowCache(dict):
+    """The pseudonyms of one row when they are not shared (``consistency=False``); ``n``
+    varies their seeds from row to row."""
+
+    n = 0
+
+
 class PIIPresidioFilter(Mapper):
     """Rewrite personal data in every message: text, reasoning, tool arguments and outputs.
 
-    Identifiers (phone, card with Luhn, IBAN, IP, CN ID with checksum, API keys, ...) take
-    ``default_strategy`` (mask); e-mails and PERSON / LOCATION / ORGANIZATION get Faker
-    pseudonyms. A pseudonym is consistent within a row, across the call with
-    ``consistency=True``, and across calls with ``persistent_consistency=True``. Names are
+    Identifiers (phone, card with Luhn, IBAN, IP, CN ID with checksum, API keys, passwords
+    and secrets given in text such as "password: hunter2", ...) take ``default_strategy``
+    (mask: every letter and digit starred, separators kept, so "078-05-1120" becomes
+    "***-**-****"); e-mails and PERSON / LOCATION / ORGANIZATION get Faker pseudonyms.
+    A pseudonym is a function of the value and ``hash_salt`` (and ``seed``) only, so
+    rerunning curation on the same input gives byte-identical output whatever the batching,
+    and the same value gets the same pseudonym in every row; with ``consistency=False``
+    each row gets its own (still deterministic) pseudonym. Names are
     looked for in prose only: commands, paths and code in tool calls and tool outputs keep
     every byte except strong identifiers, so a rewritten agent row still replays.
 
@@ -86,9 +99,16 @@ class PIIPresidioFilter(Mapper):
         roles: roles whose messages are rewritten.
         consistency: share pseudonyms across all rows of one call.
         persistent_consistency: share pseudonyms across calls of this instance.
-        hash_salt: salt of the ``hash`` strategy.
+        hash_salt: salt of the ``hash`` strategy and of the pseudonyms: another salt gives
+            other pseudonyms (so they cannot be looked up from a known table).
         record_counts: store ``{entity: count}`` in ``row['_pii_hits']``.
-        seed: seed of the Faker generators, for reproducible pseudonyms.
+        seed: mixed into the pseudonym seeds (None and 0 give the same pseudonyms).
+        mask_head, mask_tail: characters the ``mask`` strategy keeps at each end (the seed
+            kept 3 and 4, which shows 7 of an 11-digit phone number); 0 and 0, the default,
+            star every letter and digit.
+        all_fields: also rewrite every string outside ``messages`` and ``tools`` (``id``,
+            ``customer_email``, ``metadata.phone``, ...), at any depth: a string with a
+            space as prose, one without (ids, keys) as code (strong identifiers only).
 
     Example:
         >>> f = PIIPresidioFilter(languages=['en', 'zh'], seed=0)
@@ -111,7 +131,11 @@ class PIIPresidioFilter(Mapper):
         hash_salt: str = "",
         record_counts: bool = False,
         seed: int | None = None,
+        mask_head: int = 0,
+        mask_tail: int = 0,
+        all_fields: bool = False,
     ) -> None:
+        self.all_fields = all_fields
         self.languages = tuple(languages)
         if not self.languages:
             raise ValueError("languages must name at least one language, got none")
@@ -136,6 +160,11 @@ class PIIPresidioFilter(Mapper):
         self.hash_salt = hash_salt
         self.record_counts = record_counts
         self.seed = seed
+        for name, value in (("mask_head", mask_head), ("mask_tail", mask_tail)):
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+        self.mask_head = mask_head
+        self.mask_tail = mask_tail
         needed = ["presidio_analyzer", "spacy", "faker"]
         needed += ["jieba"] if _JIEBA_LANGUAGES & set(self.languages) else []
         _require(*needed)
@@ -253,25 +282,31 @@ class PIIPresidioFilter(Mapper):
             if lang not in self._fakers:
                 from faker import Faker
 
-                fake = Faker("zh_CN" if lang == "zh" else "en_US")
-                if self.seed is not None:
-                    fake.seed_instance(self.seed)
-                self._fakers[lang] = fake
+                self._fakers[lang] = Faker("zh_CN" if lang == "zh" else "en_US")
             return self._fakers[lang]
+
+    def _pseudonym(self, entity: str, original: str, lang: str, n: int) -> str:
+        fake = self._faker(lang)
+        salt = self.hash_salt if not self.seed else f"{self.hash_salt}\x00{self.seed}"
+        with self._lock:  # one generator per language: seed and draw together
+            fake.seed_instance(_pseudonym_seed(salt, entity, original, n))
+            return _fake_value(fake, entity, original)
 
     def _rewrite_span(
         self, entity: str, original: str, lang: str, cache: dict[tuple[str, str], str]
     ) -> str:
         strategy = self.strategies[entity]
         if strategy is Strategy.MASK:
-            return _mask_keep_edges(original)
+            if self.mask_head or self.mask_tail:
+                return _mask_keep_edges(original, self.mask_head, self.mask_tail)
+            return _mask_all(original)
         if strategy is Strategy.HASH:
             return f"<{entity}:{_hash_short(original, self.hash_salt)}>"
         if strategy is Strategy.REDACT:
             return ""
         key = (entity, original)
         if key not in cache:
-            cache[key] = _fake_value(self._faker(lang), entity, original)
+            cache[key] = self._pseudonym(entity, original, lang, getattr(cache, "n", 0))
         return cache[key]
 
     def _rewrite_text(
@@ -318,6 +353,22 @@ class PIIPresidioFilter(Mapper):
             for m in row["messages"]
         ]
 
+    def _walk_fields(self, row: Row, fn: TextFn) -> dict[str, Any]:
+        """With ``all_fields``, the row's other fields with ``fn`` applied to each string."""
+        if not self.all_fields:
+            return {}
+
+        def walk(value: Any) -> Any:
+            if isinstance(value, str):
+                return fn(value, " " in value.strip())
+            if isinstance(value, dict):
+                return {k: walk(v) for k, v in value.items()}
+            if isinstance(value, (list, tuple)):
+                return [walk(v) for v in value]
+            return value
+
+        return {k: walk(v) for k, v in row.items() if k not in ("messages", "tools", "_pii_hits")}
+
     def _texts(self, row: Row) -> list[tuple[str, bool]]:
         """Every ``(text, prose)`` the row holds, in walking order."""
         jobs: list[tuple[str, bool]] = []
@@ -327,6 +378,7 @@ class PIIPresidioFilter(Mapper):
             return text
 
         self._walk(row, collect)
+        self._walk_fields(row, collect)
         return jobs
 
     def _rewrite_row(
@@ -368,7 +420,7 @@ class PIIPresidioFilter(Mapper):
             values = prose_values if prose else code_values
             return self._rewrite_text(text, spans, values, patterns[prose], cache, hits)
 
-        new_row = {**row, "messages": self._walk(row, rewrite)}
+        new_row = {**row, **self._walk_fields(row, rewrite), "messages": self._walk(row, rewrite)}
         if self.record_counts:
             if hits:
                 new_row["_pii_hits"] = dict(hits)
@@ -399,11 +451,14 @@ class PIIPresidioFilter(Mapper):
         )
         kept: list[Row] = []
         dropped: list[Row] = []
-        for row, texts in zip(rows, row_texts):
+        for n, (row, texts) in enumerate(zip(rows, row_texts), 1):
             if isinstance(texts, str):
                 dropped.append(drop(row, texts))
                 continue
-            cache = call_cache if self.consistency or self.persistent_consistency else {}
+            cache = call_cache
+            if not (self.consistency or self.persistent_consistency):
+                cache = _RowCache()
+                cache.n = n  # each row of the call its own pseudonyms, still reproducible
             try:
                 kept.append(self._rewrite_row(row, texts, analysis, cache))
             except _RowFailed as exc:

@@ -36,6 +36,7 @@ IDENTIFIER_ENTITIES = (
     "CN_LANDLINE",
     "CN_BANK",
     "API_KEY",
+    "PASSWORD",
 )
 #: Presidio recognizers that fire on ordinary digits or short codes (file-name numbers, ports,
 #: counts). Off by default; ``entity_strategy={'US_BANK_NUMBER': 'mask'}`` turns one on, and
@@ -112,6 +113,29 @@ _PATTERNS: tuple[tuple[str, str, float], ...] = (
         0.7,
     ),
     ("API_KEY", r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]+?-----END [A-Z ]*PRIVATE KEY-----", 1.0),
+    # A password or secret given in text: "password: hunter2-secret", "pwd=Tr0ub4dor&3",
+    # "my password is swordfish7", "密码：abc12345". "is" only after password words, and not
+    # before the words that describe a password instead of giving one ("is required").
+    (
+        "PASSWORD",
+        (
+            r"(?<=(?i:\b(?:pass(?:word|wd|code|phrase)|pwd|pin)\b)\s*(?:[:=：]|(?i:\bis\b))\s*"
+            r"[\"'“「(]?|(?i:\b(?:secret|token|api[ _-]?key|access[ _-]?key)\b)\s*[:=：]\s*"
+            r"[\"'“「(]?)"
+            r"(?!(?i:required|incorrect|wrong|invalid|correct|too|not|empty|missing|changed"
+            r"|reset|expired|needed|the|a|an|your|my|case|set|stored|hashed|saved|sent)\b)"
+            r"[^\s\"'”」，。、,;；]{2,63}[^\s\"'”」，。、,;；.!?:)]"
+        ),
+        0.9,
+    ),
+    (
+        "PASSWORD",
+        (
+            r"(?<=(?:密码|口令|パスワード|暗証番号|비밀번호|암호)\s*(?:[:=：]|是|为|は|는|은)\s*"
+            r"[\"'“「]?)[A-Za-z0-9!@#$%^&*_+\-.~]{3,63}[A-Za-z0-9!@#$%^&*_+\-~]"
+        ),
+        0.9,
+    ),
 )
 # phonenumbers already validated the number; Presidio's base 0.4 only reflects missing context.
 _SCORE_FLOOR = {"PHONE_NUMBER": 0.4}

@@ -7,8 +7,8 @@ read-back stay byte-identical; a tool value under a code key or one that does no
 prose is code, where names are never looked for.
 
 Example:
-    >>> _mask_keep_edges('13812345678')
-    '138****5678'
+    >>> _mask_keep_edges('13812345678'), _mask_all('(212) 555-0198')
+    ('138****5678', '(***) ***-****')
     >>> _rewrite_json_text('{"path": "a.txt", "note": "hi"}', lambda v, k: v.upper())
     '{"path": "A.TXT", "note": "HI"}'
 """
@@ -63,6 +63,19 @@ def _mask_keep_edges(s: str, head: int = 3, tail: int = 4, char: str = "*") -> s
     if len(s) <= head + tail:
         return char * len(s)
     return s[:head] + char * (len(s) - head - tail) + s[len(s) - tail :]
+
+
+def _mask_all(s: str, char: str = "*") -> str:
+    """Star every letter and digit of ``s``; separators stay, so the format still reads
+    ("078-05-1120" -> "***-**-****")."""
+    return "".join(char if c.isalnum() else c for c in s)
+
+
+def _pseudonym_seed(salt: str, entity: str, original: str, n: int = 0) -> int:
+    """The Faker seed of one pseudonym: a function of the salt and the value only, so that
+    rerunning curation gives byte-identical output whatever the order or batching."""
+    digest = hashlib.sha256(f"{salt}\x00{entity}\x00{original}\x00{n}".encode()).digest()
+    return int.from_bytes(digest[:8], "big")
 
 
 def _fake_value(fake: Any, entity: str, original: str) -> str:
