@@ -6,7 +6,14 @@ import json
 
 import pytest
 
-from twinkle.io import DatasetFormatError, count_rows, read_rows, read_rows_list, write_rows
+from twinkle.io import (
+    MAX_DEPTH,
+    DatasetFormatError,
+    count_rows,
+    read_rows,
+    read_rows_list,
+    write_rows,
+)
 
 ROWS = [
     {
@@ -153,3 +160,59 @@ def test_nan_literals_in_input_are_read_and_nan_is_written_as_null(tmp_path):
     assert back[0]["score"] != back[0]["score"]  # NaN, as the standard library reads it
     write_rows(path, back)
     assert read_rows_list(path) == [{"id": "x", "score": None}]
+
+
+def _nested(depth):
+    """A JSON array nested ``depth`` levels deep, as text."""
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH, 900, 5000])
+def test_a_row_nested_too_deep_names_file_and_line(tmp_path, depth):
+    p = tmp_path / "deep.jsonl"
+    p.write_text('{"id": 1}\n{"id": 2, "x": ' + _nested(depth) + "}\n")
+    with pytest.raises(
+        DatasetFormatError, match=rf"deep.jsonl:2: row nested more than {MAX_DEPTH}"
+    ):
+        read_rows_list(p)
+    assert count_rows(p) == 2  # counting does not decode
+
+
+def test_rows_just_within_the_depth_cap_round_trip(tmp_path):
+    p = tmp_path / "ok.jsonl"
+    p.write_text('{"x": ' + _nested(MAX_DEPTH - 1) + "}\n")
+    rows = read_rows_list(p)
+    assert write_rows(tmp_path / "back.jsonl", rows) == 1
+    assert read_rows_list(tmp_path / "back.jsonl") == rows
+
+
+def test_json_array_errors_name_the_element(tmp_path):
+    p = tmp_path / "arr.json"
+    p.write_text('[{"id": 1}, 3]')
+    with pytest.raises(
+        DatasetFormatError, match=r"arr.json: array element 1: expected a JSON object"
+    ):
+        read_rows_list(p)
+    p.write_text('[{"id": 1}, {"x": ' + _nested(300) + "}]")
+    with pytest.raises(DatasetFormatError, match=r"arr.json: array element 1: row nested more"):
+        read_rows_list(p)
+    p.write_text('[{"x": ' + _nested(5000) + "}]")
+    with pytest.raises(DatasetFormatError, match=r"arr.json: an array element: row nested more"):
+        read_rows_list(p)
+
+
+def test_parquet_maps_are_read_as_dicts(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pairs = pa.map_(pa.string(), pa.string())
+    table = pa.table(
+        {
+            "messages": pa.array([[("role", "user"), ("content", "hi")]], type=pairs),
+            "turns": pa.array([[[("role", "user"), ("content", "hi")]]], type=pa.list_(pairs)),
+        }
+    )
+    pq.write_table(table, tmp_path / "maps.parquet")
+    row = read_rows_list(tmp_path / "maps.parquet")[0]
+    assert row["messages"] == {"role": "user", "content": "hi"}
+    assert row["turns"] == [{"role": "user", "content": "hi"}]

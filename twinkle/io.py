@@ -5,10 +5,12 @@ JSON Lines through orjson (about twice the standard library's speed both ways, m
 flow writes each stage's rows once), falling back to the standard library for what orjson
 refuses (lone surrogates, integers over 64 bits, ``NaN`` literals in input); NaN and
 infinities are written as ``null``, which every JSON reader accepts. Parquet through pyarrow
-(already a core dependency, and the format Hugging Face datasets and Arrow tooling exchange). Reading streams: JSONL
-line by line and Parquet batch by batch, so counting or filtering a large file never holds
-it whole. A file that cannot be read raises ``DatasetFormatError`` naming the file and,
-for JSON Lines, the line.
+(already a core dependency, and the format Hugging Face datasets and Arrow tooling exchange).
+Reading streams: JSONL line by line and Parquet batch by batch, so counting or filtering a
+large file never holds it whole. A file that cannot be read raises ``DatasetFormatError``
+naming the file and, for JSON Lines, the line (for a JSON array, the element). So does a row
+nested more than ``MAX_DEPTH`` levels deep, which no later step could process or write.
+Parquet ``map`` values are read as dicts, like the JSON objects they stand for.
 
 Parquet needs one type per column. When rows disagree (a ``tool_calls`` that is a list in
 one message and a string in another), that column is stored as JSON text and listed in the
@@ -33,7 +35,10 @@ from typing import Any
 
 import orjson
 
+from twinkle.errors import TwinkleError
+
 __all__ = [
+    "MAX_DEPTH",
     "SUFFIXES",
     "DatasetFormatError",
     "count_rows",
@@ -45,9 +50,13 @@ __all__ = [
 SUFFIXES = (".jsonl", ".json", ".parquet")
 _JSON_COLUMNS_KEY = b"twinkle.json_columns"
 _PARQUET_BATCH = 4096
+#: The deepest nesting of objects and arrays a row may have (the row itself is level 1): what
+#: orjson writes. Real rows nest a few levels; the cap keeps every row writable and safe for
+#: recursive code downstream, instead of a RecursionError with no file or line.
+MAX_DEPTH = 254
 
 
-class DatasetFormatError(ValueError):
+class DatasetFormatError(TwinkleError, ValueError):
     """A dataset file that cannot be read or written, with where and what to do.
 
     Attributes:
@@ -102,15 +111,47 @@ def read_rows_list(paths: PathsLike) -> list[dict[str, Any]]:
     return list(read_rows(paths))
 
 
-def _object(path: Path, value: Any, line: int | None) -> dict[str, Any]:
+def _object(
+    path: Path, value: Any, line: int | None, index: int | None = None, check_depth: bool = True
+) -> dict[str, Any]:
+    where = "" if index is None else f"array element {index}: "
     if not isinstance(value, dict):
         raise DatasetFormatError(
             path,
-            f"expected a JSON object (one row), got {type(value).__name__}; "
+            f"{where}expected a JSON object (one row), got {type(value).__name__}; "
             'each row must be an object such as {"messages": [...]}',
             line,
         )
+    if check_depth and _too_deep(value):
+        raise DatasetFormatError(path, where + _TOO_DEEP, line)
     return value
+
+
+_TOO_DEEP = f"row nested more than {MAX_DEPTH} levels deep; fix or remove this row"
+
+
+def _too_deep(value: Any) -> bool:
+    """Whether ``value`` nests objects/arrays more than ``MAX_DEPTH`` deep (no recursion)."""
+    try:
+        orjson.dumps(value)  # in C, a tenth of the parse: it refuses exactly what is too deep
+        return False
+    except (TypeError, orjson.JSONEncodeError):  # too deep, or a value only json can write
+        pass
+    level, depth = [value], 1
+    while level:
+        if depth > MAX_DEPTH:
+            return True
+        deeper: list[Any] = []
+        for item in level:
+            children = item.values() if isinstance(item, dict) else item
+            deeper.extend(c for c in children if isinstance(c, (dict, list)))
+        level, depth = deeper, depth + 1
+    return False
+
+
+def _may_be_too_deep(raw: bytes) -> bool:
+    # Cheap bound: a row cannot nest deeper than it has brackets, so most rows skip the walk.
+    return raw.count(b"[") + raw.count(b"{") > MAX_DEPTH
 
 
 def _read_json(path: Path) -> Iterator[dict[str, Any]]:
@@ -118,26 +159,32 @@ def _read_json(path: Path) -> Iterator[dict[str, Any]]:
         head = f.read(64).lstrip()
         f.seek(0)
         if path.suffix.lower() == ".json" and head.startswith(b"["):
+            raw = f.read()
             try:
-                data = json.load(f)
+                data = json.loads(raw)
+            except RecursionError as exc:
+                raise DatasetFormatError(path, f"an array element: {_TOO_DEEP}") from exc
             except (ValueError, UnicodeDecodeError) as exc:
                 line = getattr(exc, "lineno", None)
                 raise DatasetFormatError(
                     path, f"invalid JSON ({exc}); fix the file or convert it to JSON Lines", line
                 ) from exc
-            for value in data:
-                yield _object(path, value, None)
+            deep = _may_be_too_deep(raw)
+            for index, value in enumerate(data):
+                yield _object(path, value, None, index, check_depth=deep)
             return
         for lineno, raw in enumerate(f, 1):
             if not raw.strip():
                 continue
             try:
                 value = _loads(raw)
+            except RecursionError as exc:
+                raise DatasetFormatError(path, _TOO_DEEP, lineno) from exc
             except (ValueError, UnicodeDecodeError) as exc:
                 raise DatasetFormatError(
                     path, f"invalid JSON ({exc}); fix or remove this line and run again", lineno
                 ) from exc
-            yield _object(path, value, lineno)
+            yield _object(path, value, lineno, check_depth=_may_be_too_deep(raw))
 
 
 def _read_parquet(path: Path) -> Iterator[dict[str, Any]]:
@@ -148,16 +195,46 @@ def _read_parquet(path: Path) -> Iterator[dict[str, Any]]:
         pf = pq.ParquetFile(path)
         meta = pf.schema_arrow.metadata or {}
         json_columns = set(json.loads(meta.get(_JSON_COLUMNS_KEY, b"[]")))
+        map_columns = {f.name: f.type for f in pf.schema_arrow if _has_map(f.type)}
         for batch in pf.iter_batches(batch_size=_PARQUET_BATCH):
             for row in batch.to_pylist():
                 for col in json_columns:
                     if isinstance(row.get(col), str):
                         row[col] = json.loads(row[col])
+                for col, type_ in map_columns.items():
+                    row[col] = _maps_as_dicts(row.get(col), type_)
                 yield row
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise DatasetFormatError(
             path, f"cannot read Parquet ({exc}); check that the file is complete and really Parquet"
         ) from exc
+
+
+def _has_map(type_: Any) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_map(type_):
+        return True
+    return any(_has_map(type_.field(i).type) for i in range(type_.num_fields))
+
+
+def _maps_as_dicts(value: Any, type_: Any) -> Any:
+    """``value`` (from ``to_pylist``) with each Arrow map, a list of pairs, made a dict."""
+    import pyarrow as pa
+
+    if value is None:
+        return None
+    if pa.types.is_map(type_):
+        pairs = [(k, _maps_as_dicts(v, type_.item_type)) for k, v in value]
+        try:
+            return dict(pairs)
+        except TypeError:  # unhashable keys (a map keyed by structs): keep the pairs
+            return pairs
+    if pa.types.is_struct(type_):
+        return {f.name: _maps_as_dicts(value.get(f.name), f.type) for f in type_}
+    if type_.num_fields == 1:  # list, large_list, fixed_size_list
+        return [_maps_as_dicts(v, type_.value_type) for v in value]
+    return value
 
 
 def count_rows(paths: PathsLike) -> int:

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from click.testing import CliRunner
 
 from twinkle.cli.curate import curate
@@ -103,6 +104,7 @@ def test_curate_parquet_folder_model_step_and_existing_log_kept(tmp_path):
             "model,dedup",
             "--allowed-model",
             "qwen/qwen3-2*",
+            "--append",
             "-q",
         ],
     )
@@ -125,11 +127,16 @@ def test_curate_parquet_folder_model_step_and_existing_log_kept(tmp_path):
             str(log),
             "--filters",
             "dedup",
-            "--overwrite-dropped",
             "-q",
         ],
     )
     assert again.exit_code == 0 and [r["step"] for r in read_log(log)] == ["DedupFilter"]
+    # A rerun replaces the log (it does not double it) unless --append is given.
+    args = [str(data), "-o", str(out), "--dropped", str(log), "--filters", "dedup", "-q"]
+    assert CliRunner().invoke(curate, args).exit_code == 0
+    assert [r["step"] for r in read_log(log)] == ["DedupFilter"]
+    assert CliRunner().invoke(curate, [*args, "--append"]).exit_code == 0
+    assert [r["step"] for r in read_log(log)] == ["DedupFilter", "DedupFilter"]
 
 
 def test_curate_errors_say_what_to_do(tmp_path):
@@ -155,6 +162,7 @@ def test_curate_errors_say_what_to_do(tmp_path):
     assert r.exit_code == 2 and "holds no" in r.output
 
 
+@pytest.mark.slow
 def test_twinkle_curate_as_a_process_with_progress(tmp_path):
     src = tmp_path / "in.jsonl"
     write_rows(src, [good(i) for i in range(3)] + [good(0)])
@@ -181,3 +189,29 @@ def test_twinkle_curate_as_a_process_with_progress(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert len(read_rows_list(out)) == 3
     assert "NearDedupFilter" in proc.stdout and "read" in proc.stderr
+
+
+def test_a_row_nested_a_thousand_levels_deep_is_a_clear_error(tmp_path):
+    deep = tmp_path / "deep.jsonl"
+    nested = "[" * 1500 + "]" * 1500
+    deep.write_text(json.dumps(good(1)) + '\n{"id": "deep", "messages": ' + nested + "}\n")
+    out = tmp_path / "out.jsonl"
+    r = CliRunner().invoke(curate, [str(deep), "-o", str(out), "--dropped", str(tmp_path / "d")])
+    assert r.exit_code == 1 and "deep.jsonl:2: row nested more than" in r.output
+    assert "RecursionError" not in r.output and not out.exists()
+
+
+def test_parquet_messages_of_map_type_are_malformed_messages(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    src = tmp_path / "maps.parquet"
+    message = [("role", "user"), ("content", "How do I count the lines of my files?")]
+    messages = pa.array([message], type=pa.map_(pa.string(), pa.string()))
+    pq.write_table(pa.table({"id": ["m"], "messages": messages}), src)
+    log = tmp_path / "dropped.jsonl"
+    r = CliRunner().invoke(
+        curate, [str(src), "-o", str(tmp_path / "o.jsonl"), "--dropped", str(log), "-q"]
+    )
+    assert r.exit_code == 0, r.output
+    assert [rec["reason"] for rec in read_log(log)] == ["malformed_messages"]

@@ -91,7 +91,7 @@ def test_action_class_from_the_environment_type_parameters():
 def test_construction_errors_are_clear():
     with pytest.raises(ValueError, match="Either 'env_name' or 'env_cls' is required"):
         OpenEnv()
-    with pytest.raises(ModuleNotFoundError, match="pip install -e path/to/no_such_env"):
+    with pytest.raises(ModuleNotFoundError, match="pip install -e <OpenEnv checkout>/envs/no_such"):
         OpenEnv(env_name="no_such_env")
     with pytest.raises(ModuleNotFoundError, match="Cannot import module 'nowhere'"):
         OpenEnv(env_cls="nowhere:Env")

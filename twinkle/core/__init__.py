@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from twinkle.core.environment import Environment, EnvironmentSpec, StepResult
+from twinkle.core.environment import Environment, EnvironmentSpec, PromptSource, StepResult
 from twinkle.core.signals import RewardFunction, RewardType, Signal, SignalBundle
 from twinkle.core.state import (
     Action,
@@ -91,6 +91,7 @@ __all__ = [
     "Observation",
     "ObservationContent",
     "ObservationImages",
+    "PromptSource",
     "Registry",
     "RewardFunction",
     "RewardType",

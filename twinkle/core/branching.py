@@ -134,7 +134,6 @@ class BranchManager:
     def create(
         cls,
         env: Any,
-        *,
         strategy: str | None = None,
         env_factory: Callable[[], Any] | None = None,
     ) -> BranchManager:

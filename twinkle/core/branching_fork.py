@@ -151,7 +151,11 @@ class ForkedEnvironment:
 
     @property
     def prompts(self) -> dict[str, str]:
-        return self._attr("prompts")
+        """The environment's ``prompts``, or ``{}`` when it has none (an optional member)."""
+        try:
+            return self._attr("prompts")
+        except AttributeError:
+            return {}
 
     @property
     def reward_functions(self) -> tuple[Any, ...]:

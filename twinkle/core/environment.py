@@ -27,7 +27,7 @@ from twinkle.core.signals import RewardFunction, SignalBundle
 from twinkle.core.state import Action, State
 from twinkle.core.tools import ToolDefinition
 
-__all__ = ["Environment", "EnvironmentSpec", "StepResult"]
+__all__ = ["Environment", "EnvironmentSpec", "PromptSource", "StepResult"]
 
 HiddenT = TypeVar("HiddenT")
 
@@ -83,22 +83,23 @@ class EnvironmentSpec:
     name: str
     adapter: str = ""
     max_steps: int | None = None
-    observation_type: str | None = None
-    action_type: str | None = None
     is_multi_turn: bool = False
     supports_task_index: bool = True
     supports_len: bool = True
     supports_seed: bool = True
     pure_step: bool = False
     metadata: dict[str, Any] = field(default_factory=dict)
+    # Ours, after the seed's fields so that positional construction matches the seed.
+    observation_type: str | None = None
+    action_type: str | None = None
 
 
 @runtime_checkable
 class Environment(Protocol[HiddenT]):
     """The functional environment protocol (structural: no base class needed).
 
-    ``__len__`` is optional (``spec.supports_len``); ``prompts`` maps prompt names to
-    texts for multi-turn environments and is ``{}`` for single-turn ones.
+    Exactly the seed's members. ``__len__`` is optional (``spec.supports_len``), and so is
+    ``prompts`` (:class:`PromptSource`): consumers read it with ``getattr(env, "prompts", {})``.
 
     Example:
         >>> from twinkle.core.environments import MathEnvironment
@@ -117,9 +118,6 @@ class Environment(Protocol[HiddenT]):
     @property
     def available_tools(self) -> tuple[ToolDefinition, ...]: ...
 
-    @property
-    def prompts(self) -> dict[str, str]: ...
-
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[State[HiddenT], dict[str, Any]]: ...
@@ -129,6 +127,21 @@ class Environment(Protocol[HiddenT]):
     def compute_rewards(
         self, state: State[HiddenT], action: Action, next_state: State[HiddenT]
     ) -> SignalBundle: ...
+
+
+@runtime_checkable
+class PromptSource(Protocol):
+    """Optional environment member: ``prompts`` maps prompt names to texts (multi-turn
+    environments; ``{}`` for single-turn ones). Not part of :class:`Environment`.
+
+    Example:
+        >>> from twinkle.core.environments import MathEnvironment
+        >>> isinstance(MathEnvironment(tasks=[{"question": "1?", "answer": "1"}]), PromptSource)
+        True
+    """
+
+    @property
+    def prompts(self) -> dict[str, str]: ...
 
 
 class _StateContinuityTracker:

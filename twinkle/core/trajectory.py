@@ -69,8 +69,14 @@ class Checkpoint(Generic[HiddenT]):
     state: State[HiddenT]
 
 
+@dataclass(eq=False)
 class Trajectory(Generic[HiddenT]):
     """A mutable episode record that can be checkpointed and branched.
+
+    A dataclass, as the seed declares it (``dataclasses.replace``, ``asdict`` and ``fields``
+    work); equality stays identity, as for any mutable record. The transitions and
+    checkpoints are keyword-only fields, copied on construction, so a ``replace`` copy never
+    shares its lists with the original.
 
     Args:
         episode_id: id of this trajectory (a branch gets a fresh one).
@@ -78,20 +84,24 @@ class Trajectory(Generic[HiddenT]):
         parent_id: the episode id this trajectory was branched from, if any.
 
     Example:
+        >>> import dataclasses
         >>> from twinkle.core.state import Observation, State, StateMetadata
         >>> t = Trajectory.create(State(Observation("q"), None, StateMetadata(0, "ep")))
         >>> t.state_at(0) is t.initial_state, t.is_terminal
         (True, False)
+        >>> dataclasses.replace(t, episode_id="ep-2").episode_id
+        'ep-2'
     """
 
-    def __init__(
-        self, episode_id: str, initial_state: State[HiddenT], parent_id: str | None = None
-    ) -> None:
-        self.episode_id = episode_id
-        self.initial_state = initial_state
-        self.parent_id = parent_id
-        self._transitions: list[Transition[HiddenT]] = []
-        self._checkpoints: dict[str, Checkpoint[HiddenT]] = {}
+    episode_id: str
+    initial_state: State[HiddenT]
+    parent_id: str | None = None
+    _transitions: list[Transition[HiddenT]] = field(default_factory=list, kw_only=True)
+    _checkpoints: dict[str, Checkpoint[HiddenT]] = field(default_factory=dict, kw_only=True)
+
+    def __post_init__(self) -> None:
+        self._transitions = list(self._transitions)
+        self._checkpoints = dict(self._checkpoints)
 
     @classmethod
     def create(cls, initial_state: State[HiddenT]) -> Trajectory[HiddenT]:

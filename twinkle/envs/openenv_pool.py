@@ -2,7 +2,8 @@
 
 ``EnvPool`` keeps ``pool_size`` embedded envs in shards and ``EnvPoolAdapter`` is the
 ``Env`` over one slot. The driver knows the pool's geometry, so nothing needs a round trip
-to answer "how many slots". Ray is imported only for ``remote=True``.
+to answer "how many slots". Ray is imported only for ``remote=True`` (or ``EnvPool.remote``);
+without a running Ray runtime a local one is started, as Ray's own libraries do.
 """
 
 from __future__ import annotations
@@ -12,9 +13,15 @@ import math
 from typing import Any
 
 from twinkle.envs.base import Env, StepResult
-from twinkle.envs.openenv_discovery import ToolInfo, error_result, reward_value
+from twinkle.envs.openenv_discovery import (
+    ToolInfo,
+    error_result,
+    import_env_package,
+    import_openenv,
+    reward_value,
+)
 from twinkle.envs.openenv_embedded import OpenEnv
-from twinkle.errors import require
+from twinkle.utils.remote import ensure_ray, remote_class
 
 __all__ = ["EnvPool", "EnvPoolAdapter"]
 
@@ -56,6 +63,7 @@ class _EnvShard:
         self.envs.clear()
 
 
+@remote_class()
 class EnvPool:
     """``pool_size`` embedded ``OpenEnv`` slots, sharded in-process or over Ray actors.
 
@@ -69,8 +77,9 @@ class EnvPool:
             and implies Ray actors.
         env_kwargs: ``OpenEnv`` constructor kwargs for every slot.
         world_size: shard count (default: from ``device_mesh``, else 1).
-        remote: run shards as Ray actors (default: when a ``device_mesh`` is given). Call
-            ``ray.init`` first.
+        remote: run shards as Ray actors (default: when a ``device_mesh`` is given). Without
+            a running Ray runtime, ``ray.init()`` starts a local one; call
+            ``ray.init(address=...)`` first to use a cluster.
         actor_options: ``ray.remote`` options per shard actor.
         timeout_s: limit for one remote call (None: wait).
 
@@ -113,15 +122,15 @@ class EnvPool:
         ]
         self._bounds = [b for b in bounds if b[0] < b[1]]
         self.env_kwargs = dict(env_kwargs or {})
-        self.remote = device_mesh is not None if remote is None else remote
+        self._remote = device_mesh is not None if remote is None else remote
         self.timeout_s = timeout_s
         self._tools: list[ToolInfo] | None = None
-        if self.remote:
-            ray = require("ray", "EnvPool(remote=True)", "ray")
-            if not ray.is_initialized():
-                raise RuntimeError(
-                    "EnvPool(remote=True) needs a Ray runtime: call ray.init() first"
-                )
+        if self._remote:
+            if isinstance(self.env_kwargs.get("env_name"), str):
+                # A missing package fails here, in one line, not inside every shard actor.
+                import_openenv()
+                import_env_package(self.env_kwargs["env_name"])
+            ray = ensure_ray("EnvPool(remote=True)")
             actor = ray.remote(**(actor_options or {"num_cpus": 0}))(_EnvShard)
             self._shards: list[Any] = [actor.remote(s, e, self.env_kwargs) for s, e in self._bounds]
         else:
@@ -143,7 +152,7 @@ class EnvPool:
 
     def _call(self, shard: int, method: str, *args: Any) -> Any:
         target = getattr(self._shards[shard], method)
-        if not self.remote:
+        if not self._remote:
             return target(*args)
         import ray
 
@@ -151,7 +160,7 @@ class EnvPool:
 
     def _gather(self, calls: dict[int, tuple[str, tuple[Any, ...]]]) -> dict[int, Any]:
         """One call per shard, run concurrently when remote."""
-        if not self.remote:
+        if not self._remote:
             return {s: getattr(self._shards[s], m)(*a) for s, (m, a) in calls.items()}
         import ray
 
@@ -203,7 +212,7 @@ class EnvPool:
     def close(self) -> None:
         """Close every env and stop the shard actors (best effort: a dead shard is skipped)."""
         shards, self._shards = self._shards, []
-        if not self.remote:
+        if not self._remote:
             for shard in shards:
                 shard.close()
             return

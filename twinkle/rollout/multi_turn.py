@@ -19,12 +19,13 @@ label, in order: ``logprobs[j]`` belongs to the j-th position whose label is not
 None if the sampler gave none), ``turns``, ``stop_reason``, ``truncated``, ``turn_log`` and,
 when something failed, ``error``.
 
-Run it as a Ray actor with ``MultiTurnRollout.remote(...)`` and
+It is a ``@remote_class()``: run it as a Ray actor with ``MultiTurnRollout.remote(...)`` and
 ``ray.get(actor.__call__.remote(trajectories))`` (Ray is imported only then).
 
 Example:
     >>> rollout = MultiTurnRollout(sampler, template, tool_manager, max_turns=6)  # doctest: +SKIP
-    >>> out = rollout([{'messages': [{'role': 'user', 'content': 'weather in Oslo?'}]}])  # doctest: +SKIP
+    >>> batch = [{'messages': [{'role': 'user', 'content': 'weather in Oslo?'}]}]
+    >>> out = rollout(batch)  # doctest: +SKIP
     >>> sum(l != -100 for l in out[0]['labels']) == len(out[0]['logprobs'])  # doctest: +SKIP
     True
 """
@@ -52,6 +53,7 @@ from twinkle.rollout.base import (
 )
 from twinkle.rollout.bridge import bridge_text
 from twinkle.rollout.traces import write_traces
+from twinkle.utils.remote import remote_class
 
 
 @dataclass(slots=True, eq=False)
@@ -107,29 +109,7 @@ class _ToolTurn:
     error: str | None = None
 
 
-class _RemoteConstructor:
-    """``MultiTurnRollout.remote(...)``: build the rollout as a Ray actor.
-
-    Hidden from the class Ray derives for the actor (it has ``__ray_actor_class__``) so that
-    Ray's own ``ActorClass.remote`` is not shadowed.
-    """
-
-    def __get__(self, obj: Any, owner: type) -> Callable[..., Any]:
-        if any("__ray_actor_class__" in vars(klass) for klass in owner.__mro__):
-            raise AttributeError("remote")
-
-        def remote(*args: Any, **kwargs: Any) -> Any:
-            try:
-                import ray
-            except ImportError as exc:
-                raise ImportError(
-                    "running a rollout as an actor needs Ray: pip install 'twinkle[ray]'"
-                ) from exc
-            return ray.remote(owner).remote(*args, **kwargs)
-
-        return remote
-
-
+@remote_class()
 class MultiTurnRollout(Rollout):
     """Batched multi-turn tool-use rollout producing ``input_ids``/``labels``/``logprobs``.
 
@@ -153,12 +133,12 @@ class MultiTurnRollout(Rollout):
 
     Example:
         >>> from twinkle.sampler import ScriptedSampler, ChatTemplate  # doctest: +SKIP
-        >>> rollout = MultiTurnRollout(ScriptedSampler(template, lambda ids: 'done'), template, ToolManager())  # doctest: +SKIP
-        >>> rollout([{'messages': [{'role': 'user', 'content': 'hi'}]}])[0]['stop_reason']  # doctest: +SKIP
+        >>> sampler = ScriptedSampler(template, lambda ids: 'done')  # doctest: +SKIP
+        >>> rollout = MultiTurnRollout(sampler, template, ToolManager())  # doctest: +SKIP
+        >>> batch = [{'messages': [{'role': 'user', 'content': 'hi'}]}]
+        >>> rollout(batch)[0]['stop_reason']  # doctest: +SKIP
         'stop'
     """
-
-    remote = _RemoteConstructor()
 
     def __init__(
         self,
