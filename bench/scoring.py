@@ -12,6 +12,9 @@ Each figure is measured next to a baseline in the same run and printed as one JS
   test OpenAI server in its own process answering after 200 ms; baseline: a bare
   ``openai.AsyncOpenAI`` loop (semaphore of 64) sending the same judge prompts in the same
   run. Target >= 90 % of the baseline's throughput.
+* ``envs``: the registry adapters (``bench/scoring_envs.py``): reasoning-gym scoring
+  against the generators' own verifiers (target >= 0.8x), cold listing of every adapter
+  (target < 2 s) and Gymnasium steps against the raw env (target >= 0.5x).
 
 Times are the best of 3 rounds (alternating ours and the baseline for the judge), because
 the machine is shared. Usage: ``python bench/scoring.py [--quick]``.
@@ -216,6 +219,20 @@ def bench_judge(n: int, delay_ms: float = 200.0, concurrency: int = 64, rounds: 
     }
 
 
+def bench_envs(quick: bool) -> dict:
+    """The registry adapters' figures (``bench/scoring_envs.py``): reasoning-gym scoring vs
+    its verifier, cold listing, Gymnasium steps vs the raw env."""
+    import importlib.util
+
+    if importlib.util.find_spec("reasoning_gym") is None:
+        return {"skipped": "pip install 'twinkle[envs]'"}
+    path = Path(__file__).with_name("scoring_envs.py")
+    spec = importlib.util.spec_from_file_location("twinkle_bench_scoring_envs", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.report(quick)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
@@ -227,6 +244,7 @@ def main(argv: list[str] | None = None) -> None:
         "extraction": bench_extraction(n_extract),
         "score_batch": bench_score_batch(n_score),
         "judge": bench_judge(n_judge),
+        "envs": bench_envs(args.quick),
     }
     print(json.dumps(report, indent=2))
 

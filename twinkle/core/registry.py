@@ -142,9 +142,12 @@ class EnvironmentRegistry:
         with self._lock:
             if self._builtins_pending:
                 self._builtins_pending = False
+                from twinkle.core.adapters import builtin_adapters
                 from twinkle.core.environments.adapter import TaskAdapter
 
                 self._adapters.setdefault(TaskAdapter.name, TaskAdapter())
+                for adapter in builtin_adapters():
+                    self._adapters.setdefault(adapter.name, adapter)
 
     def register_adapter(self, adapter: Adapter) -> Adapter:
         """Add ``adapter`` under ``adapter.name``; a duplicate name raises ``ValueError``."""
@@ -205,6 +208,9 @@ class EnvironmentRegistry:
         """A new environment ``name`` from ``adapter``, built with ``config``."""
         adapter, name = self.resolve(name, adapter)
         owner = self.get_adapter(adapter)
+        ensure_installed = getattr(owner, "ensure_installed", None)
+        if ensure_installed is not None:
+            ensure_installed()  # MissingExtraError names the extra before "not found" could
         if name not in owner.list_environments():
             raise KeyError(
                 f"environment '{name}' not found in adapter '{adapter}'. "

@@ -49,6 +49,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -111,14 +112,86 @@ def trajectories_for(
     tools: Sequence[Mapping[str, Any]] | None = None,
     **config: Any,
 ) -> list[dict[str, Any]]:
-    """Rollout input rows for tasks ``indices`` (all when None) of a registered environment."""
+    """Rollout input rows for tasks ``indices`` (all when None) of a registered environment.
+
+    ``env_name`` may be a spec ``adapter/name?key=value&...`` (twinkle.core.config), or
+    ``@envs.yaml#key`` for one entry of an environments file (``@envs.yaml``: all of them,
+    with their cleaners and judges). The rows then record the whole spec as their ``env``,
+    so scoring rebuilds the same tasks.
+    """
     from twinkle.core.registry import environment_registry
 
+    if env_name.startswith("@") and "#" not in env_name:  # every entry of a YAML file
+        from twinkle.core.config import load_environments
+
+        path = env_name[1:]
+        return [
+            row
+            for cfg in load_environments(path)
+            for row in trajectories_for(
+                f"@{path}#{cfg.key}", indices, system_prompt=system_prompt, tools=tools, **config
+            )
+        ]
+    if "?" in env_name or env_name.startswith("@"):
+        from twinkle.core.config import EnvironmentConfig
+
+        if env_name.startswith("@"):
+            provider = DatasetProvider(_spec_environment(env_name))
+            cfg = _yaml_entry(env_name)
+        else:
+            cfg = EnvironmentConfig.parse(env_name)
+            cfg = EnvironmentConfig(cfg.adapter, cfg.name, {**cfg.config, **config})
+            provider = DatasetProvider(_build(cfg))
+        rows = items_to_trajectories(
+            provider.get_items(indices),
+            cfg.name,
+            adapter=cfg.adapter,
+            system_prompt=system_prompt,
+            tools=tools,
+        )
+        for row in rows:
+            row["user_data"] = [
+                ("env", pack_value(env_name)) if key == "env" else (key, value)
+                for key, value in row["user_data"]
+            ]
+        return rows
     adapter, name = environment_registry.resolve(env_name, adapter)
     provider = DatasetProvider(environment_registry.get(name, adapter, **config))
     return items_to_trajectories(
         provider.get_items(indices), name, adapter=adapter, system_prompt=system_prompt, tools=tools
     )
+
+
+def _build(cfg: Any) -> Any:
+    from twinkle.core.config import EnvironmentFactory
+
+    env = EnvironmentFactory().build(cfg)
+    if env.spec.is_multi_turn:
+        raise ValueError(
+            f"{cfg.adapter}/{cfg.name} is multi-turn: task rows are single-turn environments "
+            "(play multi-turn ones through their own episodes, e.g. --openenv)"
+        )
+    return env
+
+
+def _yaml_entry(spec: str) -> Any:
+    """The entry ``key`` of ``@path#key`` (a YAML file of twinkle.core.config)."""
+    from twinkle.core.config import load_environments
+
+    path, _, key = spec[1:].partition("#")
+    for cfg in load_environments(path):
+        if cfg.key == key:
+            return cfg
+    raise KeyError(f"{path}: no environment {key!r}")
+
+
+@functools.lru_cache(maxsize=32)
+def _spec_environment(spec: str) -> Any:
+    """The environment of ``adapter/name?key=value`` or ``@envs.yaml#key``, built once (the
+    runner scores one row at a time)."""
+    from twinkle.core.config import EnvironmentConfig
+
+    return _build(_yaml_entry(spec) if spec.startswith("@") else EnvironmentConfig.parse(spec))
 
 
 def _final_text_action(messages: Sequence[Mapping[str, Any]]) -> Action:
@@ -177,6 +250,9 @@ def score_trajectories(
 
     def _environment(name: str) -> tuple[str, Any]:
         if name in built:
+            return name, built[name]
+        if "?" in name or name.startswith("@"):  # a spec: the rows' own configured tasks
+            built[name] = _spec_environment(name)
             return name, built[name]
         owner, short = environment_registry.resolve(name, adapter)
         key = f"{owner}/{short}"

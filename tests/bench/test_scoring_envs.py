@@ -1,0 +1,33 @@
+"""bench/scoring_envs.py runs at a tiny scale and reports consistent figures."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "scoring_envs.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("twinkle_bench_scoring_envs", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_reasoning_gym_scores_match_the_verifier_and_figures_are_sane(bench):
+    report = bench.bench_reasoning_gym(200, rounds=1)
+    assert report["scores_equal_verifier"] is True
+    assert set(report["generators"]) == set(bench.GENERATORS)
+    assert report["mix_ours_per_s"] > 0 and report["mix_ratio"] > 0
+
+
+def test_listing_and_gymnasium_figures(bench):
+    listing = bench.bench_listing_cold(rounds=1)
+    assert listing["environments"] > 100 and listing["adapters"] >= 6
+    gym = bench.bench_gymnasium(200, rounds=1)
+    assert set(gym["games"]) == {name for name, _ in bench.GAMES}
+    assert all(g["ours_steps_per_s"] > 0 for g in gym["games"].values())

@@ -1,0 +1,359 @@
+"""The ``gymnasium`` adapter: text-rendered discrete Gymnasium environments.
+
+FrozenLake, Taxi, CliffWalking and Blackjack are rendered as text (the board with the agent
+drawn on it, as Gymnasium's ``ansi`` mode shows it but without colour codes, plus a line
+that decodes the Taxi state); the model's reply
+is read by an extractor (``<action>``/``<answer>`` tags, else the last line) and resolved to
+an action index by an :class:`ActionMapper`, so "left", "move down", "south" or "1" work.
+
+``StepResult.extracted_action`` is the extracted text, ``resolved_action`` the action's
+native name (``ActionMapper.format_action``), None when the text names no action (the
+environment is then not stepped; an ``invalid_action`` signal gives the penalty).
+``state.observation.state.data`` carries ``gym_info``, ``gym_reward`` and ``episode_step``.
+
+Example:
+    >>> from twinkle.core.registry import environment_registry
+    >>> env = environment_registry.get("FrozenLake-v1", adapter="gymnasium", is_slippery=False)
+    >>> s, _ = env.reset(seed=0)
+    >>> r = env.step(s, Action.from_text("move down"))
+    >>> r.extracted_action, r.resolved_action, r.next_state.observation.state.data["episode_step"]
+    ('move down', 'down', 1)
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from twinkle.core.adapters._common import BaseAdapter, FastTagExtractor
+from twinkle.core.adapters.action_mapper import ActionMapper
+from twinkle.core.environment import EnvironmentSpec, StepResult, _StateContinuityTracker
+from twinkle.core.extraction import (
+    CleanedExtractor,
+    CompositeExtractor,
+    LastLineExtractor,
+)
+from twinkle.core.signals import RewardType, Signal, SignalBundle
+from twinkle.core.state import Action, Observation, ObservationContent, State, StateMetadata
+
+__all__ = ["GAMES", "GymnasiumAdapter", "GymnasiumEnvironment"]
+
+_DIRS = {"left": ["west", "go left", "move left"], "right": ["east", "go right", "move right"]}
+_DIRS |= {"up": ["north", "go up", "move up"], "down": ["south", "go down", "move down"]}
+
+#: id -> (action names, aliases, goal text). Each is a Discrete action space.
+GAMES: dict[str, tuple[tuple[str, ...], dict[str, list[str]], str]] = {
+    "FrozenLake-v1": (
+        ("left", "down", "right", "up"),
+        _DIRS,
+        "Walk from S to the goal G on the frozen lake without falling into a hole H. "
+        "Your position is P.",
+    ),
+    "FrozenLake8x8-v1": (
+        ("left", "down", "right", "up"),
+        _DIRS,
+        "Walk from S to the goal G on the frozen lake without falling into a hole H. "
+        "Your position is P.",
+    ),
+    "CliffWalking-v1": (
+        ("up", "right", "down", "left"),
+        _DIRS,
+        "Walk from your position x to the target T without stepping on the cliff C "
+        "(each step costs 1, the cliff 100).",
+    ),
+    "Taxi-v4": (
+        ("down", "up", "right", "left", "pickup", "dropoff"),
+        {**_DIRS, "pickup": ["pick up", "pick"], "dropoff": ["drop off", "drop"]},
+        "Drive the taxi to the passenger, pick them up, drive to the destination and drop "
+        "them off. Walls are '|'.",
+    ),
+    "Blackjack-v1": (
+        ("stick", "hit"),
+        {"stick": ["stand", "stay", "hold"], "hit": ["draw", "hit me"]},
+        "Play blackjack against the dealer: get closer to 21 than the dealer without going over.",
+    ),
+}
+
+_TAXI_PLACES = ("R", "G", "Y", "B")
+
+PROMPT = (
+    "{goal}\n\nActions: {actions}.\nReply with the action to take, e.g. "
+    "<action>{first}</action>.\n\n{board}"
+)
+
+
+@dataclass(frozen=True)
+class GymHidden:
+    """What the model does not see: the raw observation and the running return."""
+
+    obs: Any
+    total_reward: float
+    seed: int | None
+
+
+def _plain(value: Any) -> Any:
+    """JSON-friendly copy of a gym value (numpy scalars and arrays to Python)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return value
+
+
+class GymnasiumEnvironment:
+    """One text-rendered Gymnasium game; ``**make_kwargs`` go to ``gymnasium.make``.
+
+    Args:
+        name: a key of :data:`GAMES`.
+        max_steps: the step budget (default: the game's time limit, else 100).
+        invalid_action_penalty: the (negative) reward of a reply that names no action.
+        system_prompt: put before the first prompt as a system message.
+        pre_cleaners, post_cleaners: around the action extractor.
+        seed: default seed when ``reset`` gets none (``task_index`` i uses ``seed + i``).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        max_steps: int | None = None,
+        invalid_action_penalty: float = 0.0,
+        system_prompt: str | None = None,
+        pre_cleaners: Any = None,
+        post_cleaners: Any = None,
+        seed: int = 0,
+        **make_kwargs: Any,
+    ) -> None:
+        from twinkle.errors import require
+
+        gym = require("gymnasium", "the 'gymnasium' environment adapter", "envs")
+        if name not in GAMES:
+            raise KeyError(f"gymnasium game {name!r} is not supported; choose from {list(GAMES)}")
+        names, aliases, self._goal = GAMES[name]
+        self.mapper = ActionMapper(names, aliases)
+        self._env = gym.make(name, **make_kwargs)
+        # Steps go to the unwrapped env: this class keeps the step budget and the reset
+        # order itself, so the checker/order/time-limit wrappers would only cost time.
+        self._raw = self._env.unwrapped
+        self._board: tuple[list[str], str, int, int] | None = None
+        if self._env.action_space.n != self.mapper.n:
+            raise ValueError(f"{name}: {self._env.action_space.n} actions, mapper has {names}")
+        limit = self._env.spec.max_episode_steps if self._env.spec else None
+        self._seed = seed
+        self._penalty = invalid_action_penalty
+        self._system_prompt = system_prompt
+        self._inner = CompositeExtractor(
+            extractors=[
+                FastTagExtractor("action"),
+                FastTagExtractor("answer"),
+                LastLineExtractor(),
+            ]
+        )
+        self.set_cleaners(pre_cleaners, post_cleaners)
+        self._tracker = _StateContinuityTracker()
+        self._spec = EnvironmentSpec(
+            name=name,
+            adapter="gymnasium",
+            max_steps=max_steps or limit or 100,
+            observation_type="text",
+            action_type="discrete",
+            is_multi_turn=True,
+            supports_len=False,
+            pure_step=False,
+            metadata={"actions": list(names), "make_kwargs": dict(make_kwargs)},
+        )
+
+    def set_cleaners(self, pre: Any = None, post: Any = None) -> None:
+        self.extractor = CleanedExtractor(
+            self._inner,
+            pre_cleaners=("strip_special_tokens", "strip_thinking_tokens") if pre is None else pre,
+            post_cleaners=("strip_trailing_punctuation",) if post is None else post,
+        )
+
+    # -- protocol --------------------------------------------------------------------------
+    @property
+    def spec(self) -> EnvironmentSpec:
+        return self._spec
+
+    @property
+    def reward_functions(self) -> tuple:
+        return ()
+
+    @property
+    def available_tools(self) -> tuple:
+        return ()
+
+    @property
+    def prompts(self) -> dict[str, str]:
+        return {"goal": self._goal}
+
+    @property
+    def gym_env(self) -> Any:
+        """The wrapped ``gymnasium`` environment."""
+        return self._env
+
+    def _grid(self) -> tuple[list[str], str, int, int]:
+        """The static board rows, the agent mark, and the agent cell's row offset and width."""
+        raw = self._raw
+        name = self._spec.name
+        if name.startswith("FrozenLake"):
+            return [b"".join(row).decode() for row in raw.desc], "P", 0, 1
+        if name.startswith("CliffWalking"):
+            rows, cols = raw.shape
+            cells = [["C" if raw._cliff[r, c] else "o" for c in range(cols)] for r in range(rows)]
+            cells[rows - 1][cols - 1] = "T"
+            return ["  ".join(r) for r in cells], "x", 0, 3
+        return [b"".join(row).decode() for row in raw.desc], "T", 1, 2  # Taxi
+
+    def render_text(self, obs: Any) -> str:
+        """The text a model reads for observation ``obs`` (the agent drawn on the board)."""
+        name = self._spec.name
+        if name.startswith("Blackjack"):
+            player, dealer, ace = obs
+            return (
+                f"Your hand totals {player}{' (with a usable ace)' if ace else ''}. "
+                f"The dealer shows {dealer}."
+            )
+        if self._board is None:
+            self._board = self._grid()
+        rows, mark, row_offset, width = self._board
+        if name.startswith("Taxi"):
+            row, col, passenger, dest = self._raw.decode(obs)
+        else:
+            row, col = divmod(int(obs), self._raw.ncol if hasattr(self._raw, "ncol") else 12)
+        r, i = row + row_offset, col * width + (1 if name.startswith("Taxi") else 0)
+        line = rows[r]
+        if not name.startswith("Taxi") or line[i] == " ":
+            line = line[:i] + mark + line[i + 1 :]
+        board = "\n".join([*rows[:r], line, *rows[r + 1 :]])
+        if name.startswith("Taxi"):
+            where = "in the taxi" if passenger == 4 else f"at {_TAXI_PLACES[passenger]}"
+            board += (
+                f"\nTaxi (T) at row {row}, column {col}; passenger {where}; "
+                f"destination {_TAXI_PLACES[dest]}."
+            )
+        return board
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[State[GymHidden], dict[str, Any]]:
+        index = (options or {}).get("task_index")
+        if seed is None:
+            seed = self._seed + (index or 0)
+        obs, info = self._env.reset(seed=seed)
+        board = self.render_text(obs)
+        prompt = PROMPT.format(
+            goal=self._goal,
+            actions=", ".join(self.mapper.names),
+            first=self.mapper.names[0],
+            board=board,
+        )
+        messages: tuple[dict[str, Any], ...] = ({"role": "user", "content": prompt},)
+        if self._system_prompt:
+            messages = ({"role": "system", "content": self._system_prompt}, *messages)
+        data = {"gym_info": _plain(info), "gym_reward": 0.0, "episode_step": 0}
+        observation = Observation(
+            prompt,
+            messages,
+            task=ObservationContent(text=self._goal),
+            state=ObservationContent(text=board, data=data),
+        )
+        state = State(
+            observation, GymHidden(_plain(obs), 0.0, seed), StateMetadata(0, uuid.uuid4().hex)
+        )
+        self._tracker.track(state)
+        return state, {"seed": seed, "gym_info": data["gym_info"]}
+
+    def step(self, state: State[GymHidden], action: Action) -> StepResult[GymHidden]:
+        self._tracker.validate(state, self._spec.name)
+        if state.metadata.is_terminal:
+            raise ValueError(f"{self._spec.name}: the episode has ended; call reset()")
+        extracted, _ = self.extractor.extract(action.text or "")
+        index = self.mapper.parse(extracted)
+        step = state.metadata.step + 1
+        old = state.observation.state
+        if index is None:
+            reward, terminated, gym_truncated, info = 0.0, False, False, {}
+            obs, board = state.hidden.obs, old.text if old else ""
+            feedback = (
+                f"'{extracted}' is not an action; choose one of {', '.join(self.mapper.names)}."
+                if extracted is not None
+                else "No action found; reply with <action>NAME</action>."
+            )
+            signals: tuple[Signal, ...] = (
+                Signal("gym_reward", RewardType.STEP, 0.0),
+                Signal("invalid_action", RewardType.FORMAT, -self._penalty, feedback=feedback),
+            )
+        else:
+            obs, reward, terminated, gym_truncated, info = self._raw.step(index)
+            reward, obs, info = float(reward), _plain(obs), _plain(info)
+            terminated, gym_truncated = bool(terminated), bool(gym_truncated)
+            board, feedback = self.render_text(obs), None
+            signals = (Signal("gym_reward", RewardType.STEP, reward),)
+        truncated = bool(gym_truncated) or (not terminated and step >= (self._spec.max_steps or 0))
+        done = bool(terminated) or truncated
+        text = board if feedback is None else f"{feedback}\n\n{board}"
+        messages = (
+            *state.observation.messages,
+            {"role": "assistant", "content": action.text or ""},
+            {"role": "user", "content": text},
+        )
+        data = {"gym_info": info, "gym_reward": reward, "episode_step": step}
+        observation = Observation(
+            text,
+            messages,
+            task=state.observation.task,
+            state=ObservationContent(text=board, data=data),
+        )
+        hidden = GymHidden(obs, state.hidden.total_reward + reward, state.hidden.seed)
+        meta_info = {"extracted_answer": extracted, "total_reward": hidden.total_reward}
+        next_state = State(
+            observation, hidden, StateMetadata(step, state.metadata.episode_id, done, meta_info)
+        )
+        self._tracker.track(next_state)
+        return StepResult(
+            next_state=next_state,
+            rewards=SignalBundle(signals),
+            terminated=bool(terminated),
+            truncated=truncated,
+            extracted_action=extracted,
+            resolved_action=None if index is None else self.mapper.format_action(index),
+            info={"gym_info": info, "action_index": index},
+        )
+
+    def compute_rewards(
+        self, state: State[GymHidden], action: Action, next_state: State[GymHidden]
+    ) -> SignalBundle:
+        data = (next_state.observation.state.data or {}) if next_state.observation.state else {}
+        return SignalBundle((Signal("gym_reward", RewardType.STEP, data.get("gym_reward", 0.0)),))
+
+    def close(self) -> None:
+        self._env.close()
+
+
+class GymnasiumAdapter(BaseAdapter):
+    """Adapter over ``gymnasium``'s text-renderable discrete games.
+
+    Example:
+        >>> "Taxi-v4" in GymnasiumAdapter().list_environments()
+        True
+    """
+
+    name = "gymnasium"
+    requires = ("gymnasium",)
+
+    def list_environments(self) -> list[str]:
+        return sorted(GAMES)
+
+    def get_environment(self, name: str, **config: Any) -> GymnasiumEnvironment:
+        self.ensure_installed()
+        return GymnasiumEnvironment(name, **config)
+
+    def get_environment_info(self, name: str) -> dict[str, Any]:
+        info = super().get_environment_info(name)
+        info["actions"] = list(GAMES[name][0])
+        info["description"] = GAMES[name][2]
+        return info
