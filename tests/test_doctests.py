@@ -28,17 +28,30 @@ MODULES = sorted(
     if m.name not in EXCLUDED
 )
 
+#: Modules whose examples start a server or load NLP models: run only without ``-m "not slow"``.
+SLOW = {
+    "twinkle.preprocessor.pii.filter": "loads presidio and spaCy models",
+    "twinkle.testing.openai_server": "starts OpenAI-compatible servers",
+    "twinkle.container": "starts an environment server",
+    "twinkle.container.client": "starts an environment server",
+    "twinkle.container.server": "starts environment servers",
+    "twinkle.utils.serving": "starts a server",
+}
+
 OPTIONS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
 def test_exclusions_name_real_modules():
     every = {m.name for m in pkgutil.walk_packages(twinkle.__path__, "twinkle.")}
     assert set(EXCLUDED) <= every, set(EXCLUDED) - every
+    assert set(SLOW) <= set(MODULES), set(SLOW) - set(MODULES)
     assert len(MODULES) > 50  # the walk found the package, not an empty path
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("name", MODULES)
+@pytest.mark.parametrize(
+    "name", [pytest.param(m, marks=pytest.mark.slow) if m in SLOW else m for m in MODULES]
+)
 def test_module_doctests(name, tmp_path, monkeypatch):
     # Examples that write files write them into a fresh directory, not the checkout.
     monkeypatch.chdir(tmp_path)

@@ -17,6 +17,8 @@ from twinkle.core import Action, ToolCall
 from twinkle.core.environments import MathEnvironment
 from twinkle.integrations import DatasetProvider, Scorer
 
+pytestmark = pytest.mark.slow
+
 
 def _serve(*args):
     proc = subprocess.Popen(

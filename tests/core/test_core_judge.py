@@ -103,6 +103,7 @@ def test_normalisation():
     )
 
 
+@pytest.mark.slow
 def test_judge_against_real_server():
     with OpenAIServer(lambda req: {"content": "The response is right. [[7]]"}) as server:
         j = JudgeReward(
@@ -128,6 +129,7 @@ def test_judge_against_real_server():
         assert "What is 2+2?" in user["content"] and "Reference answer:\n4" in user["content"]
 
 
+@pytest.mark.slow
 def test_judge_with_h3_judge_policy_and_object_hidden():
     from envs_for_core_tests import CounterHidden
 
@@ -140,6 +142,7 @@ def test_judge_with_h3_judge_policy_and_object_hidden():
         assert "Reference answer:\n12" in server.requests[-1]["messages"][1]["content"]
 
 
+@pytest.mark.slow
 def test_reply_without_score_gives_default_with_reason():
     with OpenAIServer(lambda req: {"content": "I cannot decide."}) as server:
         sig = JudgeReward(_backend(server), "safety", default_score=0.25).compute(*_transition())
@@ -160,6 +163,7 @@ def test_endpoint_down_gives_default_with_reason():
     assert [s.reward for s in batch] == [-1.0] * 3
 
 
+@pytest.mark.slow
 def test_garbage_and_server_errors_give_default():
     with OpenAIServer(garbage()) as server:
         sig = JudgeReward(_backend(server, max_attempts=1), "correctness").compute(*_transition())
@@ -172,6 +176,7 @@ def test_garbage_and_server_errors_give_default():
         assert sig.metadata["reason"] == "judge_error" and len(server.requests) == 1  # not retried
 
 
+@pytest.mark.slow
 def test_429s_shrink_the_limit_and_are_retried():
     with OpenAIServer(failing_first(3, status=429, then=judge(score=10))) as server:
         backend = _backend(server, max_attempts=5, limiter=AdaptiveLimiter(8, cooldown_s=0))
@@ -181,6 +186,7 @@ def test_429s_shrink_the_limit_and_are_retried():
         assert len(server.requests) == 4
 
 
+@pytest.mark.slow
 def test_batch_is_concurrent_bounded_and_ordered():
     state = {"active": 0, "peak": 0}
 
@@ -204,6 +210,7 @@ def test_batch_is_concurrent_bounded_and_ordered():
         assert [s.reward for s in j.compute_batch(transitions)] == [3.0, 9.0]
 
 
+@pytest.mark.slow
 async def test_async_api_and_blocking_batch_inside_a_loop():
     with OpenAIServer(lambda req: {"content": "[[10]]"}) as server:
         j = JudgeReward(_backend(server), "correctness")
@@ -214,6 +221,7 @@ async def test_async_api_and_blocking_batch_inside_a_loop():
         assert j.score_batch([("q", "r", "g")])[0].reward == 1.0
 
 
+@pytest.mark.slow
 def test_sync_only_backend_and_api_client_backend():
     class SyncOnly:
         def __init__(self):
@@ -243,6 +251,7 @@ def test_sync_only_backend_and_api_client_backend():
         assert j.compute(*_transition()).reward == 0.0
 
 
+@pytest.mark.slow
 def test_score_extractor_failure_and_huge_reply():
     with OpenAIServer(lambda req: {"content": "x" * 200_000 + " [[9]]"}) as server:
 

@@ -12,6 +12,8 @@ import ray
 from twinkle.envs import EnvPool, EnvPoolAdapter, EnvTool
 from twinkle.tools import ToolManager
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def ray_runtime() -> Iterator[None]:

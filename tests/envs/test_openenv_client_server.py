@@ -16,6 +16,8 @@ from twinkle.envs import EnvTool, OpenEnv, OpenEnvClient
 from twinkle.envs.openenv_envs.number_guess.server.asgi import create_number_guess_app
 from twinkle.tools import ToolManager
 
+pytestmark = pytest.mark.slow
+
 MAX_SESSIONS = 2
 
 

@@ -1,16 +1,13 @@
-"""Fixtures for the flow tests: a real Prefect API (test harness), small recorded conversations
-whose tool calls reproduce in the local sandbox, and MLflow settings in a temporary directory."""
+"""Fixtures for the flow tests: small recorded conversations whose tool calls reproduce in the
+local sandbox, and MLflow settings in a temporary directory (the real Prefect API, fixture
+``prefect_api``, is in tests/conftest.py)."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
-
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 
 def conversation(i: int, email: str | None = None) -> dict:
@@ -60,17 +57,6 @@ def conversation(i: int, email: str | None = None) -> dict:
             },
         ],
     }
-
-
-@pytest.fixture(scope="session")
-def prefect_api():
-    """One real Prefect API (SQLite-backed, in a temporary home) for the whole session."""
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=180):
-        from prefect.settings import PREFECT_API_URL
-
-        yield PREFECT_API_URL.value()
 
 
 @pytest.fixture

@@ -1,5 +1,7 @@
 """The rollout bridge: task items become rollout inputs; rollout outputs become scored signals."""
 
+import pytest
+
 from twinkle.core import SignalBundle
 from twinkle.core.environments import MathEnvironment
 from twinkle.data_format import user_data_get
@@ -117,6 +119,7 @@ def test_code_trajectories_are_scored_from_tool_writes_and_final_text():
     assert scores[2]["outcome"] == "wrong"
 
 
+@pytest.mark.slow
 def test_api_multi_turn_rollout_outputs_score_end_to_end():
     from twinkle.protocol.openai import OpenAI
     from twinkle.rollout.api_multi_turn import APIMultiTurnRollout

@@ -16,6 +16,7 @@ def sandbox_url():
         yield server.url
 
 
+@pytest.mark.slow
 def test_fresh_sandbox_grading_matches_the_subprocess_verdicts(sandbox_url):
     env = CodeEnvironment(sandbox_url=sandbox_url, sandbox_api_key="k", timeout=5, limit=1)
     assert env.runner.name == "agentenv"
@@ -31,6 +32,7 @@ def test_fresh_sandbox_grading_matches_the_subprocess_verdicts(sandbox_url):
     assert env.step(state, Action(text="done", tool_calls=tamper)).rewards.total == 0.0
 
 
+@pytest.mark.slow
 def test_workspace_left_by_a_rollout_is_graded_with_pristine_tests(sandbox_url):
     from twinkle.envs.agentenv import AgentEnv
 

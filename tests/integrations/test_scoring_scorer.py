@@ -90,6 +90,7 @@ def test_score_action_with_tool_calls_and_from_registry():
     assert scorer.score_action(0, Action(text="\\boxed{18}")).total == 1.0
 
 
+@pytest.mark.slow
 def test_judge_reward_through_a_real_openai_server():
     with OpenAIServer(judge(score=8)) as server:
         reward = JudgeReward.from_endpoint(server.base_url, "judge", "correctness", weight=0.5)
@@ -106,6 +107,7 @@ def test_judge_reward_through_a_real_openai_server():
     assert single.signals["judge"] == 0.0 and single.metadata["judge"]["error"]
 
 
+@pytest.mark.slow
 def test_judge_reply_without_a_score_gives_default_with_reason():
     with OpenAIServer(lambda request: {"content": "A fine answer, I would say."}) as server:
         reward = JudgeReward.from_endpoint(
@@ -119,6 +121,7 @@ def test_judge_reply_without_a_score_gives_default_with_reason():
     assert result.bundle.by_name("judge").feedback == "A fine answer, I would say."
 
 
+@pytest.mark.slow
 def test_judge_endpoint_down_or_garbled_gives_default_with_reason():
     with OpenAIServer(garbage()) as server:
         url = server.base_url

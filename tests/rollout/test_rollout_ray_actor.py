@@ -2,11 +2,14 @@
 
 import sys
 
+import pytest
 import ray
 
 from twinkle.rollout import MultiTurnRollout
 from twinkle.sampler import ScriptedSampler
 from twinkle.tools import Tool, ToolManager
+
+pytestmark = pytest.mark.slow
 
 
 class Upper(Tool):

@@ -12,6 +12,8 @@ from twinkle.sampler import HFSampler
 from twinkle.testing.tiny_lm import tiny_causal_lm
 from twinkle.tools import Tool, ToolManager
 
+pytestmark = pytest.mark.slow
+
 
 class Echo(Tool):
     def __call__(self, tool_name, arguments):
