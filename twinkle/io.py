@@ -89,26 +89,54 @@ def _kind(path: Path) -> str:
     return suffix
 
 
-def read_rows(paths: PathsLike) -> Iterator[dict[str, Any]]:
+def read_rows(paths: PathsLike | Any, format: str | None = None) -> Iterator[dict[str, Any]]:
     """Yield the rows of one or more files in order (``.jsonl``, ``.json``, ``.parquet``).
 
     A ``.json`` file may hold one JSON array of rows or JSON Lines. Every row must be a JSON
     object; blank lines are skipped. Raises ``DatasetFormatError`` (file and line) on the
     first broken line, and ``FileNotFoundError`` for a missing file.
+
+    ``paths`` may also name folders, globs and ``datasets`` ``save_to_disk`` folders, or be a
+    ``datasets`` object. ShareGPT and Alpaca rows are converted to OpenAI ``messages``
+    (``twinkle.io_formats``); ``format`` forces one of ``io_formats.FORMATS``, and
+    ``'auto'`` makes a row in no known format an error naming the file and the row.
     """
-    for path in _as_paths(paths):
+    from twinkle import io_formats
+
+    io_formats.check_format(format)
+    if io_formats.is_dataset_object(paths):
+        rows = io_formats.dataset_rows(paths)
+        yield from _converted(f"<{type(paths).__name__}>", rows, format)
+        return
+    try:
+        sources = io_formats.expand_sources(_as_paths(paths))
+    except ValueError as exc:
+        raise DatasetFormatError(str(paths), str(exc)) from exc
+    for path in sources:
+        if io_formats.is_dataset_folder(path):
+            rows = io_formats.dataset_rows(io_formats.load_dataset_folder(path))
+            yield from _converted(path, rows, format)
+            continue
         kind = _kind(path)
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such file")
-        if kind == ".parquet":
-            yield from _read_parquet(path)
-        else:
-            yield from _read_json(path)
+        rows = _read_parquet(path) if kind == ".parquet" else _read_json(path)
+        yield from _converted(path, rows, format)
 
 
-def read_rows_list(paths: PathsLike) -> list[dict[str, Any]]:
+def _converted(path: Any, rows: Iterator[Any], format: str | None) -> Iterator[Any]:
+    from twinkle.io_formats import RowFormatError, convert_rows
+
+    try:
+        yield from convert_rows(rows, format)
+    except RowFormatError as exc:
+        row = getattr(exc, "row", None)
+        raise DatasetFormatError(path, f"row {row}: {exc}" if row else str(exc)) from exc
+
+
+def read_rows_list(paths: PathsLike | Any, format: str | None = None) -> list[dict[str, Any]]:
     """All rows of ``paths`` as a list (see ``read_rows``)."""
-    return list(read_rows(paths))
+    return list(read_rows(paths, format))
 
 
 def _object(
@@ -242,8 +270,19 @@ def count_rows(paths: PathsLike) -> int:
 
     A ``.json`` array is parsed to count it.
     """
+    from twinkle import io_formats
+
+    if io_formats.is_dataset_object(paths):
+        return sum(1 for _ in io_formats.dataset_rows(paths))
     total = 0
-    for path in _as_paths(paths):
+    try:
+        sources = io_formats.expand_sources(_as_paths(paths))
+    except ValueError as exc:
+        raise DatasetFormatError(str(paths), str(exc)) from exc
+    for path in sources:
+        if io_formats.is_dataset_folder(path):
+            total += sum(1 for _ in io_formats.dataset_rows(io_formats.load_dataset_folder(path)))
+            continue
         kind = _kind(path)
         if kind == ".parquet":
             import pyarrow as pa

@@ -18,31 +18,24 @@ from typing import Any
 import click
 
 from twinkle.io import SUFFIXES, DatasetFormatError, count_rows, read_rows, write_rows
+from twinkle.io_formats import FORMATS
 from twinkle.preprocessor.chain import DEFAULT_CHAIN
 
 _DEFAULT = ",".join(DEFAULT_CHAIN)
 
 
 def _expand(inputs: tuple[str, ...]) -> list[Path]:
-    files: list[Path] = []
-    for item in inputs:
-        path = Path(item)
-        if path.is_dir():
-            # Only the folder's own files: sub-folders often hold other data (task sets).
-            found = sorted(
-                p
-                for p in path.iterdir()
-                if p.is_file() and p.suffix.lower() in SUFFIXES and not p.name.startswith(".")
-            )
-            if not found:
-                raise click.UsageError(
-                    f"{path} holds no {', '.join(SUFFIXES)} files; "
-                    "pass data files or a folder that has some"
-                )
-            files.extend(found)
-        else:
-            files.append(path)
-    return files
+    """Files and ``save_to_disk`` folders of INPUTS (folders: their own data files; globs)."""
+    from twinkle.io_formats import expand_sources
+
+    missing = [i for i in inputs if not Path(i).exists() and not set("*?[") & set(i)]
+    if missing:
+        raise click.UsageError(f"input {missing[0]!r} does not exist")
+    try:
+        # Only a folder's own files: sub-folders often hold other data (task sets).
+        return expand_sources(inputs)
+    except (ValueError, FileNotFoundError) as exc:
+        raise click.UsageError(str(exc)) from exc
 
 
 def _table(stats: Any, rows_read: int, rows_written: int) -> Any:
@@ -67,7 +60,7 @@ def _table(stats: Any, rows_read: int, rows_written: int) -> Any:
 
 
 @click.command("curate")
-@click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True))
+@click.argument("inputs", nargs=-1, required=True, type=click.Path())
 @click.option(
     "-o",
     "--output",
@@ -80,19 +73,27 @@ def _table(stats: Any, rows_read: int, rows_written: int) -> Any:
     "dropped_path",
     type=click.Path(dir_okay=False),
     default="",
-    help="Append every dropped row here as JSONL {step, reason, row}.",
+    help="Write every dropped row here as JSONL {step, reason, row} (replacing what the "
+    "file held, unless --append).",
+)
+@click.option(
+    "--append",
+    is_flag=True,
+    help="Add to the --dropped log instead of replacing it (a rerun then logs its drops twice).",
 )
 @click.option(
     "--overwrite-dropped",
     is_flag=True,
-    help="Empty the --dropped log first instead of appending to it.",
+    hidden=True,
+    help="The default now; kept so older scripts still run.",
 )
 @click.option(
     "--filters",
     default=_DEFAULT,
     show_default=True,
     help="Comma-separated steps, run in this order: dedup, neardedup, model, hard, "
-    "deadloop, refuse, soup, normalize, pii (PII rewrite; needs the `pii` extra).",
+    "deadloop, refuse, soup, normalize, pii (PII rewrite; needs the `pii` extra), sanity "
+    "(MessageSanityFilter), intent (IntentClassifier: tags rows, counts printed).",
 )
 @click.option(
     "--allowed-model",
@@ -114,21 +115,35 @@ def _table(stats: Any, rows_read: int, rows_written: int) -> Any:
     show_default=True,
     help="Rows per batch for the per-batch filters.",
 )
+@click.option(
+    "--format",
+    "input_format",
+    type=click.Choice(FORMATS),
+    default="auto",
+    show_default=True,
+    help="Row format of the inputs: OpenAI messages, ShareGPT conversations, Alpaca "
+    "instruction/output or raw glaive system/chat; 'auto' detects it per row and names the "
+    "first row in no known format.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def curate(
     inputs: tuple[str, ...],
     output: str,
     dropped_path: str,
+    append: bool,
     overwrite_dropped: bool,
     filters: str,
     allowed_models: tuple[str, ...],
     near_threshold: float | None,
     batch_size: int,
+    input_format: str,
     quiet: bool,
 ) -> None:
     """Deduplicate and filter conversation datasets (JSONL, JSON or Parquet files or folders).
 
-    A folder stands for the data files directly inside it (sub-folders are not read).
+    A folder stands for the data files directly inside it (sub-folders are not read); a
+    Hugging Face ``save_to_disk`` folder and a quoted glob ('data/*.jsonl') are read too.
+    OpenAI, ShareGPT and Alpaca rows are accepted (see --format).
 
     Reads every INPUT, runs the filter chain, writes the surviving rows to OUTPUT and
     prints rows in, rows out and drops per step and reason.
@@ -165,6 +180,8 @@ def curate(
             f"a filter of --filters cannot be loaded ({exc}); "
             "leave it out of --filters or reinstall twinkle"
         ) from exc
+    except (TypeError, ValueError) as exc:  # a step that needs settings the CLI cannot give
+        raise click.BadParameter(str(exc), param_hint="--filters") from exc
 
     files = _expand(inputs)
     console = Console(stderr=True)
@@ -189,12 +206,12 @@ def curate(
             total = count_rows(files)
             read_task = progress.add_task("read", total=total)
             rows = []
-            for row in read_rows(files):
+            for row in read_rows(files, input_format):
                 rows.append(row)
                 if len(rows) % 10000 == 0:
                     progress.update(read_task, completed=len(rows))
             progress.update(read_task, completed=len(rows))
-            if dropped_path and overwrite_dropped:
+            if dropped_path and not append:
                 truncate_dropped_logs(dropped_path)
             kept, stats = curate_rows(
                 rows, stages, dropped_log_path=dropped_path, batch_size=batch_size, on_batch=advance
@@ -212,10 +229,13 @@ def curate(
         ) from exc
 
     Console().print(_table(stats, len(rows), written))
+    for step, tags in stats.tags().items():  # IntentClassifier: rows per intent
+        counts = ", ".join(f"{t}: {n}" for t, n in sorted(tags.items(), key=lambda kv: -kv[1]))
+        click.echo(f"{step} tags: {counts}")
     click.echo(
         f"wrote {written} rows to {output}"
         + (
-            f"; dropped rows appended to {dropped_path}"
+            f"; dropped rows {'appended' if append else 'written'} to {dropped_path}"
             if dropped_path
             else "; pass --dropped PATH to keep the dropped rows"
         )

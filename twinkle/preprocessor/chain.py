@@ -44,6 +44,12 @@ FILTERS: dict[str, tuple[str, str, bool]] = {
     "normalize": ("twinkle.preprocessor.message_normalizer", "MessageNormalizer", False),
     # Not in the default chain: it needs the `pii` extra and loads spaCy models.
     "pii": ("twinkle.preprocessor.pii_presidio_filter", "PIIPresidioFilter", False),
+    # Not in the default chain (the seed documents them, not as defaults): structural checks,
+    # intent tags (keeps every row; counts in the step's ``tags`` statistic) and model-based
+    # scoring (needs a backend: an OpenAI-compatible endpoint or a local sampler).
+    "sanity": ("twinkle.preprocessor.message_sanity", "MessageSanityFilter", False),
+    "intent": ("twinkle.preprocessor.intent", "IntentClassifier", False),
+    "score": ("twinkle.preprocessor.score_filter", "ScoreFilter", False),
 }
 
 #: The default chain, the one constant every entry point reads (``build_pipeline``,

@@ -65,15 +65,20 @@ class StepStats:
     rows_out: int = 0
     dropped: Counter = field(default_factory=Counter)
     seconds: float = 0.0
+    #: Tags a tagging step (``tag_field``, e.g. IntentClassifier's intents) gave its output.
+    tags: Counter = field(default_factory=Counter)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "step": self.step,
             "rows_in": self.rows_in,
             "rows_out": self.rows_out,
             "dropped": dict(self.dropped),
             "seconds": round(self.seconds, 6),
         }
+        if self.tags:
+            out["tags"] = dict(self.tags)
+        return out
 
 
 class PipelineStats:
@@ -90,17 +95,25 @@ class PipelineStats:
         self.steps: dict[str, StepStats] = {}
 
     def record(
-        self, step: str, rows_in: int, rows_out: int, dropped: Mapping[str, int], seconds: float
+        self,
+        step: str,
+        rows_in: int,
+        rows_out: int,
+        dropped: Mapping[str, int],
+        seconds: float,
+        tags: Mapping[str, int] | None = None,
     ) -> None:
         s = self.steps.setdefault(step, StepStats(step))
         s.rows_in += rows_in
         s.rows_out += rows_out
         s.dropped.update(dropped)
         s.seconds += seconds
+        if tags:
+            s.tags.update(tags)
 
     def merge(self, other: PipelineStats) -> None:
         for s in other.steps.values():
-            self.record(s.step, s.rows_in, s.rows_out, s.dropped, s.seconds)
+            self.record(s.step, s.rows_in, s.rows_out, s.dropped, s.seconds, s.tags)
 
     @property
     def rows_in(self) -> int:
@@ -114,17 +127,24 @@ class PipelineStats:
         """``{step: {reason: count}}`` for steps that dropped something."""
         return {name: dict(s.dropped) for name, s in self.steps.items() if s.dropped}
 
+    def tags(self) -> dict[str, dict[str, int]]:
+        """``{step: {tag: count}}`` for tagging steps (IntentClassifier: intent counts)."""
+        return {name: dict(s.tags) for name, s in self.steps.items() if s.tags}
+
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "rows_in": self.rows_in,
             "rows_out": self.rows_out,
             "steps": [s.as_dict() for s in self.steps.values()],
         }
+        if any(s.tags for s in self.steps.values()):
+            out["tags"] = self.tags()
+        return out
 
     def lines(self) -> list[str]:
         return [
             f"  {s.step}: {s.rows_in}->{s.rows_out} (dropped {sum(s.dropped.values())}, "
-            f"{s.seconds:.3f}s)"
+            f"{s.seconds:.3f}s)" + (f" tags {dict(s.tags.most_common())}" if s.tags else "")
             for s in self.steps.values()
         ]
 
@@ -290,7 +310,13 @@ class QualityPreprocessor:
             reasons = Counter(
                 (d.get("drop_reason") if isinstance(d, dict) else None) or name for d in dropped
             )
-            stats.record(name, len(rows), len(kept), reasons, seconds)
+            tag_field = getattr(step, "tag_field", None)
+            tags = (
+                Counter(r.get(tag_field) for r in kept if isinstance(r, dict))
+                if isinstance(tag_field, str)
+                else None
+            )
+            stats.record(name, len(rows), len(kept), reasons, seconds, tags)
             append_dropped(self.dropped_log_path, name, dropped)
             if mark:
                 for d in dropped:
@@ -409,8 +435,12 @@ def run_quality_pipeline(
     stats = stats_from_marks(
         qp.names, len(marked), marked[DROP_STEP_COLUMN], marked[DROP_REASON_COLUMN]
     )
+    kept = marked.filter(lambda keep: bool(keep), input_columns=KEEP_COLUMN, num_proc=num_proc)
+    for step, name in zip(qp.pipeline, qp.names):  # tags of the rows that survived the chain
+        tag_field = getattr(step, "tag_field", None)
+        if isinstance(tag_field, str) and tag_field in kept.column_names:
+            stats.steps[name].tags.update(Counter(kept[tag_field]))
     before.merge(stats)
     qp.stats = before
     qp.last_stats = stats
-    kept = marked.filter(lambda keep: bool(keep), input_columns=KEEP_COLUMN, num_proc=num_proc)
     return kept.remove_columns([KEEP_COLUMN, DROP_STEP_COLUMN, DROP_REASON_COLUMN])

@@ -1,7 +1,10 @@
 """A scriptable OpenAI-compatible HTTP server (FastAPI + uvicorn) for tests and benchmarks.
 
 It speaks ``POST /v1/chat/completions`` (``n > 1`` too) and ``GET /v1/models`` over real
-HTTP, so code under test runs through the real ``openai`` SDK. FastAPI and uvicorn are used
+HTTP, and ``POST /v1/completions`` for token-id prompts with ``echo``/``logprobs`` and vLLM's
+``prompt_logprobs`` (deterministic logprobs from ``logprob_fn``, default
+``toy_prompt_logprobs``; what ``ScoreFilter``'s logprob scorers read), so code under test
+runs through the real ``openai`` SDK. FastAPI and uvicorn are used
 because they are already dependencies (the sandbox server) and are what vLLM serves with.
 
 Scripting: a *responder* gets the request JSON and returns one of
@@ -16,9 +19,9 @@ Scripting: a *responder* gets the request JSON and returns one of
 The responder may be a plain function or a coroutine function; it runs on the server's
 event loop, so stateful responders need no locks. Every request body is appended to
 ``server.requests``. Ready-made responders: ``tool_then_answer`` (tool calls for the first
-k turns, then a final answer), ``judge`` (``"Score: 8/10"``), ``echo``, ``scripted`` (a list
-of replies in order), ``failing_first`` (k errors, then another responder), ``length_stop``
-and ``garbage``.
+k turns, then a final answer), ``weather`` (the same with a ``get_weather`` call),
+``judge`` (``"Score: 8/10"``), ``echo``, ``scripted`` (a list of replies in order),
+``failing_first`` (k errors, then another responder), ``length_stop`` and ``garbage``.
 
 In-process (a background thread; for tests)::
 
@@ -158,6 +161,12 @@ def tool_then_answer(
     return respond
 
 
+def weather(turns: int = 1) -> Responder:
+    """``tool_then_answer`` for a weather agent: ``get_weather`` with a city, then an answer."""
+    answer = "It is 14 C and partly cloudy in Oslo; take a light jacket for the evening."
+    return tool_then_answer(turns, "get_weather", {"city": "Oslo", "unit": "celsius"}, answer)
+
+
 def judge(score: int = 8, scale: int = 10, reason: str = "Clear and correct.") -> Responder:
     """Answer like an LLM judge: ``"Score: <score>/<scale>"`` then a reason line."""
     return lambda request: {"content": f"Score: {score}/{scale}\n{reason}"}
@@ -223,11 +232,35 @@ def garbage(text: str = "<html>502 Bad Gateway</html> not json {") -> Responder:
 
 POLICIES: dict[str, Callable[..., Responder]] = {
     "tool_then_answer": tool_then_answer,
+    "weather": weather,
     "judge": judge,
     "echo": echo,
     "length_stop": length_stop,
     "garbage": garbage,
 }
+
+
+def toy_prompt_logprobs(ids: list[int]) -> list[float | None]:
+    """Deterministic prompt logprobs: a token seen earlier in the prompt is likely (-0.5),
+    an unseen one less so (-2 to -3.5 by id); None for the first token, as servers report."""
+    seen: set[int] = set()
+    out: list[float | None] = []
+    for i, token in enumerate(ids):
+        out.append(None if i == 0 else (-0.5 if token in seen else -2.0 - (token % 7) / 4))
+        seen.add(token)
+    return out
+
+
+def _prompts(prompt: Any) -> list[list[int]] | None:
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        return [prompt]
+    if (
+        isinstance(prompt, list)
+        and prompt
+        and all(isinstance(p, list) and p and all(isinstance(t, int) for t in p) for p in prompt)
+    ):
+        return prompt
+    return None
 
 
 # -- the server -----------------------------------------------------------------------------------
@@ -257,8 +290,10 @@ class OpenAIServer:
         host: str = "127.0.0.1",
         port: int = 0,
         model: str = "twinkle-test",
+        logprob_fn: Callable[[list[int]], list[float | None]] | None = None,
     ) -> None:
         self.responder = responder or echo()
+        self.logprob_fn = logprob_fn or toy_prompt_logprobs
         self.delay_s = delay_ms / 1000.0
         self.host = host
         self.port = port
@@ -313,6 +348,48 @@ class OpenAIServer:
                     media_type=reply.headers.get("content-type", "text/plain"),
                 )
             return JSONResponse(reply.body, status_code=reply.status, headers=reply.headers)
+
+        @app.post("/v1/completions")
+        async def text_completions(request: Request) -> Any:
+            try:
+                body = await request.json()
+            except ValueError:
+                return JSONResponse({"error": {"message": "body is not JSON"}}, status_code=400)
+            prompts = _prompts(body.get("prompt")) if isinstance(body, dict) else None
+            if prompts is None:
+                message = "this test server scores token-id prompts only (a list of ints)"
+                return JSONResponse({"error": {"message": message}}, status_code=400)
+            self.requests.append(body)
+            choices = []
+            for i, ids in enumerate(prompts):
+                lps = self.logprob_fn(list(ids))
+                choice: dict[str, Any] = {"index": i, "text": "", "finish_reason": "length"}
+                if body.get("echo") and body.get("logprobs") is not None:
+                    choice["logprobs"] = {
+                        "tokens": [str(t) for t in ids],
+                        "token_logprobs": lps,
+                        "top_logprobs": None,
+                        "text_offset": [0] * len(ids),
+                    }
+                if body.get("prompt_logprobs") is not None:
+                    choice["prompt_logprobs"] = [
+                        None if lp is None else {str(t): {"logprob": lp, "rank": 1}}
+                        for t, lp in zip(ids, lps)
+                    ]
+                choices.append(choice)
+            n_tokens = sum(len(p) for p in prompts)
+            return {
+                "id": f"cmpl-{next(_ids)}",
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": body.get("model") or self.model,
+                "choices": choices,
+                "usage": {
+                    "prompt_tokens": n_tokens,
+                    "completion_tokens": 0,
+                    "total_tokens": n_tokens,
+                },
+            }
 
         return app
 
@@ -419,7 +496,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     responder = (
         POLICIES[args.policy](args.turns)
-        if args.policy == "tool_then_answer"
+        if args.policy in ("tool_then_answer", "weather")
         else POLICIES[args.policy]()
     )
     server = OpenAIServer(responder, delay_ms=args.delay_ms, host=args.host, port=args.port)
