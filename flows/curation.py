@@ -40,6 +40,17 @@ from flows.common import (
     work_path,
     write_work_rows,
 )
+from flows.lifecycle import (
+    check_before_work,
+    links_markdown,
+    point_latest,
+    quiet_third_party,
+    reused_stages,
+    run_folder,
+    run_guard,
+    run_name,
+    stage_log,
+)
 from flows.params import CurationParams, RunParams, TrackingParams
 from flows.tracking import finish_tracking, log_curation, start_tracking
 from twinkle.errors import MissingExtraError
@@ -137,7 +148,9 @@ def rewrite_pii(source: str, shard: int, fp: str, out: str) -> dict[str, Any]:
 
     log = _dropped_log(work_path(out, "pii", fp, ".dropped.jsonl"))
     kept, stats = curate_rows(
-        read_rows_cached([source]), [Stage("pii", PIIPresidioFilter(), False)], dropped_log_path=log
+        read_rows_cached([source]),
+        [Stage("pii", PIIPresidioFilter(all_fields=True), False)],  # ids, metadata too
+        dropped_log_path=log,
     )
     path = work_path(out, "pii", fp)
     n = write_work_rows(path, kept)
@@ -193,15 +206,20 @@ def merge_steps(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return total.as_dict()["steps"]
 
 
-def run_curation(params: CurationParams, run: RunParams) -> dict[str, Any]:
+def run_curation(
+    params: CurationParams, run: RunParams, dest: Path | None = None
+) -> dict[str, Any]:
     """The curation stages as tasks of the current flow run; returns the stage summary (no rows).
 
     Filters and PII run as one task per ``shard_size`` rows under a Ray task runner (each
     shard on its own worker); under the thread-pool runner as one task, since threads share
-    one interpreter and shards would only add file writes.
+    one interpreter and shards would only add file writes. ``dest``: the run's own folder
+    for the curated file and dropped log (default: the output folder); stage caches stay in
+    the output folder, shared by every run.
     """
     started = time.perf_counter()
     out = output_dir(run.output_dir)
+    dest = dest or out
     o, refresh = str(out), run.refresh_cache
     dedup_names = (["dedup"] if params.dedup else []) + (["neardedup"] if params.near_dedup else [])
     source = files_fingerprint(params.inputs)
@@ -227,7 +245,7 @@ def run_curation(params: CurationParams, run: RunParams) -> dict[str, Any]:
         if pii_reason and params.pii == "on":
             raise RuntimeError(f"pii='on' but the PII step cannot run: {pii_reason}")
     if pii_reason is None:
-        fps = [fingerprint("pii", f["fingerprint"]) for f in filtered]
+        fps = [fingerprint("pii", f["fingerprint"], "all_fields") for f in filtered]
         futures = [
             stage_task(rewrite_pii, out, refresh, work_path(o, "pii", fps[k])).submit(
                 f["path"], k, fps[k], o
@@ -237,8 +255,8 @@ def run_curation(params: CurationParams, run: RunParams) -> dict[str, Any]:
         filtered = [f.result() for f in futures]
         parts += [f["steps"] for f in filtered]
         logs += [f["log"] for f in filtered]
-    curated_path = str(out / "curated" / f"{params.dataset}.jsonl")
-    dropped_path = str(out / "curated" / f"{params.dataset}.dropped.jsonl")
+    curated_path = str(dest / "curated" / f"{params.dataset}.jsonl")
+    dropped_path = str(dest / "curated" / f"{params.dataset}.dropped.jsonl")
     wfp = fingerprint("write", [f["fingerprint"] for f in filtered], curated_path, dropped_path)
     written = stage_task(write_curated, out, refresh, curated_path, dropped_path)(
         [f["path"] for f in filtered], logs, curated_path, dropped_path, wfp
@@ -250,15 +268,18 @@ def run_curation(params: CurationParams, run: RunParams) -> dict[str, Any]:
         "steps": merge_steps(parts),
         "curated_path": curated_path,
         "dropped_path": dropped_path,
-        "fingerprint": written["fingerprint"],
+        # The curated rows' identity, not where this run wrote them: a later run (another
+        # folder) finds the rollout stages it feeds in the cache.
+        "fingerprint": fingerprint("curated", [f["fingerprint"] for f in filtered]),
         "pii": "ran" if pii_reason is None else f"skipped: {pii_reason}",
         "settings": params.model_dump(),
         "seconds": time.perf_counter() - started,
     }
 
 
-def publish_curation(result: dict[str, Any]) -> None:
-    """Prefect artifacts: the drop-reason table and a markdown summary (stable keys)."""
+def publish_curation(result: dict[str, Any], ctx: Any = None) -> None:
+    """Prefect artifacts: the drop-reason table and a markdown summary (stable keys), linked
+    to the MLflow run ``ctx`` when given."""
     table = [
         {"step": st["step"], "reason": reason, "rows": n}
         for st in result["steps"]
@@ -267,13 +288,19 @@ def publish_curation(result: dict[str, Any]) -> None:
     create_table_artifact(
         key="curation-drop-reasons",
         table=table or [{"step": "-", "reason": "none", "rows": 0}],
-        description="Rows dropped per curation step and reason.",
+        description="Rows dropped per curation step and reason."
+        + (f" MLflow run: {ctx.run_id}." if ctx is not None else ""),
+    )
+    stage_log(
+        f"curation: {result['rows_in']} rows in, {result['rows_out']} out, "
+        f"{result['dropped']} dropped; PII step {result['pii']}"
     )
     create_markdown_artifact(
         key="curation-summary",
         markdown="\n".join(
             [
                 "# Curation",
+                *([links_markdown(ctx)] if ctx is not None else []),
                 f"- rows in: **{result['rows_in']}**, rows out: **{result['rows_out']}**, "
                 f"dropped: **{result['dropped']}**",
                 f"- PII step: {result['pii']}",
@@ -300,15 +327,22 @@ def curation_flow(
     on_ray = on_ray_if_asked(curation_flow, run, tracking, curation=curation)
     if on_ray is not None:
         return on_ray
+    quiet_third_party()
+    check_before_work(curation.inputs, None, tracking)
     ctx = start_tracking(
         tracking,
         tracking.run_key or flow_run_id(),
         "twinkle-curation",
         {"curation": curation.model_dump(), "run": run.model_dump()},
     )
-    result = run_curation(curation, run)
-    log_curation(ctx, result)
-    publish_curation(result)
-    summary = {k: v for k, v in result.items() if k not in ("steps", "settings")}
-    finish_tracking(ctx, {**summary, "mlflow_run_id": ctx.run_id})
-    return {**summary, "mlflow_run_id": ctx.run_id}
+    with run_guard(ctx):
+        out = output_dir(run.output_dir)
+        dest = run_folder(out, run_name(tracking))
+        result = run_curation(curation, run, dest)
+        log_curation(ctx, result)
+        publish_curation(result, ctx)
+        summary = {k: v for k, v in result.items() if k not in ("steps", "settings")}
+        summary.update(mlflow_run_id=ctx.run_id, run_dir=str(dest), reused=reused_stages())
+        finish_tracking(ctx, summary)
+        point_latest(out, dest)
+    return summary

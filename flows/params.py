@@ -50,6 +50,12 @@ class CurationParams(_Params):
         description="JSONL or Parquet files of conversation rows.",
         min_length=1,
     )
+    input_format: Literal["auto", "openai", "sharegpt", "alpaca", "glaive"] = Field(
+        "auto",
+        description="Row format of the inputs (twinkle.io_formats): OpenAI messages, ShareGPT "
+        "conversations, Alpaca instruction/output, raw glaive system/chat; 'auto' detects it "
+        "per row.",
+    )
     dataset: str = Field(
         "examples",
         description="Dataset name: MLflow tag and output file prefix.",
@@ -187,6 +193,14 @@ class RolloutParams(_Params):
         "task runner (the thread-pool runner runs one task, "
         "one event loop).",
     )
+    max_failure_rate: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="Share of trajectories that may fail (endpoint errors, environments that "
+        "could not be created) before the run ends Failed, its MLflow run FAILED; below it "
+        "failures are a warning. 0: any failure fails the run; 1: never.",
+    )
     policy: PolicyParams = Field(default_factory=PolicyParams)
     sandbox: SandboxParams = Field(default_factory=SandboxParams)
 
@@ -206,11 +220,13 @@ class TrackingParams(_Params):
     """MLflow: where runs and traces go, and how much of each trajectory is traced."""
 
     tracking_uri: str | None = Field(
-        None, description="MLflow tracking URI. Empty: sqlite:///<cwd>/mlflow.db."
+        None, description="MLflow tracking URI. Empty: mlflow.db (SQLite) in the current directory."
     )
     experiment: str = Field("twinkle", description="MLflow experiment name.")
     artifact_location: str | None = Field(
-        None, description="Absolute artifact root for a new experiment. Empty: <cwd>/mlruns."
+        None,
+        description="Absolute artifact root for a new experiment. Empty: mlruns/ in the current "
+        "directory.",
     )
     trace_sample_rate: float = Field(
         1.0, ge=0.0, le=1.0, description="Share of trajectories traced."
@@ -223,6 +239,11 @@ class TrackingParams(_Params):
         None,
         description="Identity of the MLflow run; a rerun with the same key "
         "logs into the same run. Empty: the Prefect flow run id.",
+    )
+    log_dropped_rows: bool = Field(
+        False,
+        description="Upload the rows curation dropped to MLflow, after the PII rewrite (never "
+        "when the PII step did not run). Off: only their counts are logged.",
     )
 
 

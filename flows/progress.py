@@ -3,19 +3,18 @@
 ``StageProgress`` counts finished items (trajectories). A background thread pushes the
 count at most every ``interval_s``: to a Prefect progress artifact (Prefect's own
 ``create_progress_artifact`` / ``update_progress_artifact``, shown on the flow run's
-Artifacts tab and live in the UI) and to the listeners registered in this process
-(``twinkle run`` draws a ``rich`` bar from them). ``advance`` only bumps a counter, so
+Artifacts tab and live in the UI) and to the ``callback`` it was given (``twinkle run``
+passes one that draws a ``rich`` bar). ``advance`` only bumps a counter, so
 the rollout's event loop never waits on the Prefect API, and a Prefect API that fails to
 take an update costs a log line, never the stage.
 
 Example:
     >>> seen = []
-    >>> StageProgress.listeners.append(lambda stage, done, total: seen.append((stage, done, total)))
-    >>> progress = StageProgress('rollout', total=3, artifact=False)
+    >>> progress = StageProgress('rollout', total=3, artifact=False,
+    ...                          callback=lambda stage, done, total: seen.append((done, total)))
     >>> progress.advance(); progress.advance(2); progress.close()
     >>> seen[-1]
-    ('rollout', 3, 3)
-    >>> StageProgress.listeners.clear()
+    (3, 3)
 """
 
 from __future__ import annotations
@@ -23,28 +22,34 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 logger = logging.getLogger("twinkle.flows")
 
 
 class StageProgress:
-    """Finished items of one stage, pushed to a Prefect progress artifact and to listeners.
+    """Finished items of one stage, pushed to a Prefect progress artifact and a callback.
 
     Args:
-        stage: stage name (artifact description and listener argument), e.g. ``'rollout'``.
+        stage: stage name (artifact description and callback argument), e.g. ``'rollout'``.
         total: items the stage will finish.
         artifact: create a Prefect progress artifact (needs a flow or task run context).
         interval_s: at most one push per interval while items finish.
+        callback: ``callable(stage, done, total)``, run in the pushing thread (the CLI's
+            progress bar); one that raises costs a debug line, never the stage.
     """
 
-    #: ``callable(stage, done, total)`` run in the pushing thread (the CLI's progress bar).
-    listeners: ClassVar[list[Callable[[str, int, int], Any]]] = []
-
     def __init__(
-        self, stage: str, total: int, *, artifact: bool = True, interval_s: float = 1.0
+        self,
+        stage: str,
+        total: int,
+        *,
+        artifact: bool = True,
+        interval_s: float = 1.0,
+        callback: Callable[[str, int, int], Any] | None = None,
     ) -> None:
         self.stage, self.total, self.interval_s = stage, max(0, int(total)), interval_s
+        self.callback = callback
         self.done = 0
         self._pushed = -1
         self._lock = threading.Lock()
@@ -92,11 +97,11 @@ class StageProgress:
         if done == self._pushed:
             return
         self._pushed = done
-        for listener in list(self.listeners):
+        if self.callback is not None:
             try:
-                listener(self.stage, done, self.total)
+                self.callback(self.stage, done, self.total)
             except Exception as exc:  # noqa: BLE001 - a broken bar must not stop the stage
-                logger.debug("progress listener failed: %s", exc)
+                logger.debug("progress callback failed: %s", exc)
         if artifact and self._artifact_id is not None:
             try:
                 from prefect.artifacts import update_progress_artifact

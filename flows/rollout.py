@@ -1,24 +1,32 @@
 """Rollout flow: provision sandboxes -> multi-turn rollouts -> scoring -> scored trajectories.
 
-Library calls per task: ``AgentEnv`` + ``EnvTool`` + ``ToolManager`` (one sandbox per
-trajectory), ``APIMultiTurnRollout`` over ``ReplayAPI`` (recorded assistant turns, the
-default) or ``OpenAI`` (when ``policy.base_url`` and ``policy.model`` are given),
-``twinkle.integrations.rollout_bridge`` for task environments and
-``twinkle.integrations.replay`` for the replay-fidelity reward of re-run conversations,
-and ``OpenEnv`` / ``OpenEnvClient`` (one environment per episode, in-process or on an
-OpenEnv server) whose cumulative ``episode_reward`` is the reward of an OpenEnv episode.
-The rollout is one task (one event loop; shards only under a Ray task runner); each
-trajectory is scored as it finishes and streamed to MLflow (``TraceStream``) while the
-others still run. Stages pass files (see ``flows.common``); results are persisted and
-cached on the input file's hash + settings, so a rerun resumes after the finished stages.
+The tasks are thin: ``prepare-rollout`` writes the rollout's input file (recorded
+conversations, task rows of registered environments via ``twinkle.integrations
+.rollout_bridge``, OpenEnv episode prompts via ``twinkle.rollout.runner.openenv_rows``);
+``run-rollouts`` calls ``twinkle.rollout.runner.RolloutRunner`` on its rows (provision an
+environment per row, roll out the policy, score each trajectory as it finishes) and
+streams each scored trajectory to MLflow (``TraceStream``) while the others still run;
+``write-trajectories`` joins the shards. Under a Ray task runner ``run-rollouts`` is mapped
+over shards of ``shard_size`` rows (Prefect's ``.map``); under the thread-pool runner it is
+one task, one event loop. Stages pass files (see ``flows.common``); results are persisted
+and cached on the input file's hash + settings, so a rerun resumes after finished stages.
 
-Failures are data: a sandbox or OpenEnv environment that cannot be created, an endpoint
-that is down, a tool that fails, each marks only the trajectories concerned
-(``stop_reason`` ``error`` or ``api_error``, ``error`` holding the reason), and the flow
-completes.
+A crashed rollout resumes at the trajectory: each trajectory finished without error is
+appended to a checkpoint beside the stage's output as it finishes, and the next attempt
+(a task retry, or a rerun with the same inputs and settings) keeps those and rolls out only
+the rest. A shard with failed trajectories is never served from the cache: a rerun
+retries just its failed trajectories (the finished ones come from its checkpoint).
 
-With no ``sandbox.api_url`` (and no ``E2B_API_URL``) the flow starts
-``twinkle.sandbox.SandboxServer`` on a free loopback port with a random API key for its own
+A run's state tells the truth. A trajectory that failed (an environment that could not be
+created, an endpoint that is down, a tool that raised: ``stop_reason`` ``error`` or
+``api_error``) gets no reward and counts as failed; when the failed share exceeds
+``max_failure_rate`` (default 0.5) the flow logs everything, marks its MLflow run FAILED
+and raises ``RunFailedError`` naming the failing endpoint and the first errors (the flow
+run ends Failed). Below it the failures are a warning in the Prefect log, the summary and
+the artifact. Endpoints are probed once before any work (``flows.lifecycle``).
+
+With no ``sandbox.api_url`` (and no ``E2B_API_URL``) the flow starts a local sandbox server
+(``twinkle.sandbox.endpoint``) on a free loopback port with a random API key for its own
 duration.
 
 Example:
@@ -30,16 +38,13 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import os
-import secrets
 import time
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
-from prefect import flow, task
+from prefect import flow, task, unmapped
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
-from prefect.cache_policies import NO_CACHE
 
 from flows.common import (
     Tracking,
@@ -57,6 +62,18 @@ from flows.common import (
     work_path,
     write_work_rows,
 )
+from flows.lifecycle import (
+    check_before_work,
+    links_markdown,
+    point_latest,
+    probe_endpoints,
+    quiet_third_party,
+    reused_stages,
+    run_folder,
+    run_guard,
+    run_name,
+    stage_log,
+)
 from flows.params import RolloutParams, RunParams, SandboxParams, TrackingParams
 from flows.progress import StageProgress
 from flows.tracking import (
@@ -68,37 +85,40 @@ from flows.tracking import (
     trace_file,
     trace_key,
 )
-
-#: The system prompt of an OpenEnv episode; the user message adds the env's first observation.
-OPENENV_SYSTEM = (
-    "You are an agent playing an interactive environment through its tools. Call one tool "
-    "at a time, read each observation, and stop calling tools once the episode is over."
+from twinkle.rollout.runner import (
+    RolloutConfig,
+    RolloutRunner,
+    RolloutStats,
+    check_failure_rate,
+    openenv_rows,
 )
+from twinkle.sandbox.endpoint import SandboxEndpoint
+from twinkle.sandbox.endpoint import sandbox_endpoint as _sandbox_endpoint
 
+__all__ = [
+    "SandboxEndpoint",
+    "check_rollout",
+    "publish_rollout",
+    "rollout_flow",
+    "rollout_summary",
+    "run_rollout",
+    "sandbox_endpoint",
+]
 
-def openenv_rows(names: list[str], episodes: int, seed: int = 0) -> list[dict[str, Any]]:
-    """Prompt rows of OpenEnv episodes: ``user_data`` names the env and the episode's reset seed,
-    ``seed + k`` for episode k (so a rerun replays the same episodes, another ``seed`` draws new
-    ones), and so does the row id; the env's first observation and its tool schemas are added
-    when the env is provisioned (``provision_openenvs``)."""
-    from twinkle.data_format import pack_value
-
-    return [
-        {
-            "id": f"openenv-{name}-{seed + k}",
-            "messages": [
-                {"role": "system", "content": OPENENV_SYSTEM},
-                {
-                    "role": "user",
-                    "content": f"Play the '{name}' environment until the episode ends, "
-                    "using its tools.",
-                },
-            ],
-            "user_data": [["openenv", pack_value(name)], ["seed", pack_value(seed + k)]],
-        }
-        for name in names
-        for k in range(episodes)
-    ]
+#: Settings that change no trajectory: left out of the rollout's cache keys.
+_NOT_IN_KEY = {
+    "conversations",
+    "tasks",
+    "tasks_limit",
+    "dataset",
+    "limit",
+    "openenv",
+    "openenv_episodes",
+    "openenv_base_url",
+    "openenv_seed",
+    "openenv_env_kwargs",
+    "max_failure_rate",
+}
 
 
 @task(name="prepare-rollout", task_run_name="prepare-rollout", cache_key_fn=stage_key)
@@ -144,202 +164,6 @@ def prepare_rollout(
 
 
 @task(
-    name="provision-sandboxes",
-    task_run_name="provision-sandboxes",
-    cache_policy=NO_CACHE,
-    persist_result=False,
-)
-def provision_sandboxes(
-    n: int, endpoint: dict[str, Any] | None, sandbox: SandboxParams, workers: int
-) -> list[tuple[Any, str | None]]:
-    """One fresh sandbox (``AgentEnv``) per trajectory, created concurrently; (env, error) pairs."""
-    if endpoint is None or endpoint.get("error"):
-        reason = (endpoint or {}).get("error") or "no sandbox endpoint"
-        return [(None, reason)] * n
-    from twinkle.envs.agentenv import AgentEnv
-
-    def one(_: int) -> tuple[Any, str | None]:
-        env = AgentEnv(
-            template=sandbox.template,
-            api_url=endpoint["api_url"],
-            api_key=endpoint["api_key"],
-            sandbox_timeout=sandbox.sandbox_timeout,
-            command_timeout=sandbox.tool_timeout_s,
-        )
-        try:
-            env.reset()
-            return env, None
-        except Exception as exc:  # noqa: BLE001 - a failed reset fails only this trajectory
-            env.close()
-            return None, f"{type(exc).__name__}: {exc}"
-
-    with ThreadPoolExecutor(max_workers=max(1, min(n, workers))) as pool:
-        return list(pool.map(one, range(n)))
-
-
-@task(
-    name="provision-openenvs",
-    task_run_name="provision-openenvs",
-    cache_policy=NO_CACHE,
-    persist_result=False,
-)
-def provision_openenvs(
-    prompts: list[dict[str, Any]],
-    base_url: str | None,
-    workers: int,
-    env_kwargs: dict[str, dict[str, Any]] | None = None,
-) -> list[tuple[Any, str | None, dict[str, Any]]]:
-    """One fresh OpenEnv environment per episode prompt (``OpenEnv(env_name, env_kwargs=...)``
-    in-process, or an ``OpenEnvClient`` session on ``base_url``), created and reset
-    concurrently with the episode's seed; (env, error, prompt) triples, the prompt completed
-    with the env's first observation and its real tool schemas (``env.tools()``).
-
-    ``env_kwargs`` (constructor arguments by env name) only apply in-process: an OpenEnv
-    server builds each session's environment with its own settings (openenv 0.10's session
-    protocol carries no constructor arguments), so an episode given arguments against a
-    server fails with that reason rather than silently playing other settings."""
-    from twinkle.data_format import user_data_get
-    from twinkle.envs.openenv import OpenEnv, OpenEnvClient
-
-    def one(prompt: dict[str, Any]) -> tuple[Any, str | None, dict[str, Any]]:
-        ud = prompt.get("user_data")
-        env = None
-        try:
-            name = user_data_get(ud, "openenv")
-            kwargs = (env_kwargs or {}).get(name)
-            if base_url and kwargs:
-                return (
-                    None,
-                    (
-                        f"openenv_env_kwargs for '{name}' ({', '.join(sorted(kwargs))}) cannot be "
-                        f"applied on the OpenEnv server {base_url}: the server builds its own "
-                        "environments; configure them where it is started, or play in-process "
-                        "(no openenv_base_url)"
-                    ),
-                    prompt,
-                )
-            env = (
-                OpenEnvClient(name, base_url=base_url)
-                if base_url
-                else OpenEnv(env_name=name, env_kwargs=kwargs)
-            )
-            first = env.reset(seed=user_data_get(ud, "seed"))
-            tools = env.tools()
-        except Exception as exc:  # noqa: BLE001 - this episode fails with the reason; others go on
-            if env is not None:
-                with contextlib.suppress(Exception):
-                    env.close()
-            return None, f"{type(exc).__name__}: {exc}", prompt
-        messages = [dict(m) for m in prompt["messages"]]
-        messages[-1]["content"] = f"{messages[-1]['content']}\n\n{first.observation}"
-        return env, None, {**prompt, "messages": messages, "tools": tools}
-
-    if not prompts:
-        return []
-    with ThreadPoolExecutor(max_workers=max(1, min(len(prompts), workers))) as pool:
-        return list(pool.map(one, prompts))
-
-
-def _policy_api(
-    settings: dict[str, Any], rows: list[dict[str, Any]]
-) -> tuple[Any, list[dict[str, Any]]]:
-    """The chat API and the prompts to roll out: replay of ``rows`` or an OpenAI endpoint."""
-    from twinkle.protocol.replay import ReplayAPI
-
-    policy = settings["policy"]
-    if not (policy.get("base_url") and policy.get("model")):
-        return ReplayAPI.from_rows(rows)
-    from twinkle.protocol.openai import OpenAI
-
-    key = os.environ.get(policy["api_key_env"]) if policy.get("api_key_env") else None
-    api = OpenAI(
-        policy["model"], api_key=key or "EMPTY", base_url=policy["base_url"], max_retries=2
-    )
-    return api, [ReplayAPI.prompt_of(r) for r in rows]
-
-
-def _task_environments(endpoint: dict[str, Any] | None) -> dict[str, Any]:
-    """Task environments that must not use their defaults here: the code environment grades
-    model-written code in the run's sandbox server, never in a host subprocess."""
-    if not endpoint:
-        return {}
-    from twinkle.core.environments import CodeEnvironment
-
-    code = CodeEnvironment(sandbox_url=endpoint["api_url"], sandbox_api_key=endpoint["api_key"])
-    return {"code": code, "tasks/code": code}
-
-
-def _score(
-    recorded: dict[str, Any],
-    trajectory: dict[str, Any],
-    replay: bool,
-    environments: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Rewards of one finished trajectory: its task environment via the bridge, or replay
-    fidelity."""
-    from twinkle.data_format import user_data_get
-
-    if user_data_get(trajectory.get("user_data"), "env"):
-        from twinkle.integrations.rollout_bridge import score_trajectories
-
-        score = score_trajectories([trajectory], environments=environments)[0]
-    elif replay:
-        from twinkle.integrations.replay import replay_fidelity
-
-        score = replay_fidelity(recorded, trajectory)
-    else:
-        score = {
-            "rewards": {},
-            "outcome": "unscored",
-            "error": "a conversation rolled out by a live policy has no reward function",
-        }
-    return {
-        **trajectory,
-        "rewards": score["rewards"],
-        "reward_outcome": score["outcome"],
-        "reward_error": score["error"],
-    }
-
-
-def _score_episode(trajectory: dict[str, Any], reward: float | None) -> dict[str, Any]:
-    """Rewards of an OpenEnv episode: the env's cumulative ``episode_reward`` (None: no env)."""
-    if reward is None:
-        return {
-            **trajectory,
-            "rewards": {},
-            "reward_outcome": "error",
-            "reward_error": trajectory.get("error") or "no environment",
-        }
-    return {
-        **trajectory,
-        "rewards": {"episode_reward": reward, "total": reward},
-        "reward_outcome": "solved" if reward > 0 else "unsolved",
-        "reward_error": None,
-    }
-
-
-def _each_done(
-    rollout: Any, prompts: list[dict[str, Any]], managers: list[Any], done: Any
-) -> list[Any]:
-    """Run ``rollout`` over ``prompts`` on one event loop, calling ``done(i, trajectory)`` in a
-    worker thread as each trajectory finishes (``APIMultiTurnRollout.acall`` per trajectory,
-    at most ``rollout.concurrency`` in flight), so scoring and tracing overlap the rest."""
-    import asyncio
-
-    async def main() -> list[Any]:
-        gate = asyncio.Semaphore(rollout.concurrency)
-
-        async def one(i: int) -> Any:
-            async with gate:
-                out = (await rollout.acall([prompts[i]], tool_manager=[managers[i]]))[0]
-            return await asyncio.to_thread(done, i, out)
-
-        return await asyncio.gather(*(one(i) for i in range(len(prompts))))
-
-    return rollout.run_in_own_loop(main)
-
-
-@task(
     name="run-rollouts",
     task_run_name="run-rollouts-{shard}",
     cache_key_fn=stage_key,
@@ -356,120 +180,47 @@ def run_rollouts(
     fp: str,
     out: str,
     trace: dict[str, Any] | None,
+    progress: Callable[[str, int, int], Any] | None = None,
 ) -> dict[str, Any]:
-    """Rows ``[start, end)`` of the rollout input: one sandbox per trajectory, multi-turn
-    rollouts, and each trajectory scored and streamed to MLflow the moment it finishes.
+    """Rows ``[start, end)`` of the rollout input through ``RolloutRunner``; each scored
+    trajectory streamed to MLflow the moment it finishes.
 
     ``fp`` (input file hash + settings, computed by the flow) is the cache key and names the
-    output file; ``endpoint`` and ``trace`` (live connections) are not part of it.
+    output file; ``endpoint``, ``trace`` and ``progress`` (live connections) are not part of it.
     """
-    from twinkle.data_format import SamplingParams, user_data_get
-    from twinkle.envs.env_tool import EnvTool
-    from twinkle.rollout.api_multi_turn import APIMultiTurnRollout
-    from twinkle.tools import ToolManager
-
-    started = time.perf_counter()
     rows = read_rows_cached([source])[start:end]
-    api, prompts = _policy_api(settings, rows)
-    sandbox = SandboxParams(**settings["sandbox"])
-    # OpenEnv episodes get an OpenEnv environment, every other row a sandbox.
-    games = [i for i, r in enumerate(rows) if user_data_get(r.get("user_data"), "openenv")]
-    episodes = set(games)
-    boxed = [i for i in range(len(rows)) if i not in episodes]
-    envs: list[tuple[Any, str | None]] = [(None, None)] * len(prompts)
-    for i, pair in zip(
-        boxed, provision_sandboxes(len(boxed), endpoint, sandbox, settings["concurrency"])
-    ):
-        envs[i] = pair
-    if games:  # no task run (and no Prefect API calls) for a rollout without OpenEnv episodes
-        for i, (env, error, prompt) in zip(
-            games,
-            provision_openenvs(
-                [prompts[i] for i in games],
-                settings.get("openenv_base_url"),
-                settings["concurrency"],
-                settings.get("openenv_env_kwargs"),
-            ),
-        ):
-            envs[i], prompts[i] = (env, error), prompt
-    toolsets: dict[int, list[Any]] = {}
-    provisioned = time.perf_counter()
     stream = open_trace_stream(trace) if trace else None
-    task_envs = _task_environments(endpoint)
-    scoring_s = [0.0]
-    progress = StageProgress("rollout", total=len(prompts))  # one per task: a shard under Ray
-
-    def done(i: int, traj: dict[str, Any]) -> dict[str, Any]:
-        t0 = time.perf_counter()
-        if i in episodes:
-            scored = _score_episode(traj, toolsets[i][0].episode_reward if i in toolsets else None)
-        else:
-            scored = _score(rows[i], traj, settings["replay"], task_envs)
-        scoring_s[0] += time.perf_counter() - t0
-        if stream is not None:
-            stream.put(scored, scored["rewards"], trace_key(scored, start + i))
-        progress.advance()
-        return scored
-
+    bar = StageProgress("rollout", total=len(rows), callback=progress)  # one per shard
+    runner = RolloutRunner(
+        RolloutConfig.from_settings(settings),
+        endpoint,
+        on_done=(
+            (lambda i, t: stream.put(t, t["rewards"], trace_key(t, start + i)))
+            if stream is not None
+            else None
+        ),
+        on_progress=lambda done, total: bar.advance(),
+    )
+    # Trajectories finished by an attempt that crashed are kept, not re-requested.
+    checkpoint = work_path(out, "rollout", fp, ".partial.jsonl")
     try:
-        ready = [i for i, (env, _) in enumerate(envs) if env is not None]
-        trajectories: list[Any] = [None] * len(prompts)
-        for i, (env, error) in enumerate(envs):
-            if env is None:
-                kind = "OpenEnvError" if i in episodes else "SandboxError"
-                trajectories[i] = done(
-                    i,
-                    {
-                        **prompts[i],
-                        "turns": 0,
-                        "stop_reason": "error",
-                        "truncated": True,
-                        "turn_log": [],
-                        "error": f"{kind}: {error}",
-                    },
-                )
-        if ready:
-            policy = settings["policy"]
-            rollout = APIMultiTurnRollout(
-                api,
-                sampling_params=SamplingParams(
-                    temperature=policy["temperature"], max_tokens=policy["max_tokens"]
-                ),
-                max_turns=settings["max_turns"],
-                concurrency=settings["concurrency"],
-                tool_timeout_s=sandbox.tool_timeout_s,
-                request_timeout_s=policy["request_timeout_s"],
-            )
-            toolsets.update({i: EnvTool.from_env(envs[i][0]) for i in ready})
-            outputs = _each_done(
-                rollout,
-                [prompts[i] for i in ready],
-                [ToolManager(toolsets[i]) for i in ready],
-                lambda j, traj: done(ready[j], traj),
-            )
-            for i, traj in zip(ready, outputs):
-                trajectories[i] = traj
+        result = runner.run(rows, checkpoint=checkpoint)
     finally:
-        for env, _ in envs:
-            if env is not None:
-                with contextlib.suppress(
-                    Exception
-                ):  # one env failing to close must not leak the others
-                    env.close()
-        progress.close()  # first: a trace batch that failed raises from stream.close()
+        bar.close()  # first: a trace batch that failed raises from stream.close()
         traces = stream.close() if stream is not None else {}
-    rolled = time.perf_counter()
+    result.stats.traces = dict(traces)
     path = work_path(out, "rollout", fp)
-    write_work_rows(path, trajectories)
-    return {
-        "path": path,
-        "fingerprint": fp,
-        "rows": len(trajectories),
-        "provision_s": provisioned - started,
-        "rollout_s": rolled - provisioned,
-        "scoring_s": scoring_s[0],
-        "traces": traces,
-    }
+    write_work_rows(path, result.trajectories)
+    if not result.stats.failed:  # else kept: the next attempt re-requests only the failed ones
+        Path(checkpoint).unlink(missing_ok=True)
+    stats = result.stats.as_dict()
+    if result.stats.failed:
+        stage_log(
+            f"rollout shard {shard}: {result.stats.failed} of {result.stats.trajectories} "
+            f"trajectories failed; first: {result.stats.errors[0][:300]}",
+            warning=True,
+        )
+    return {"path": path, "fingerprint": fp, "rows": len(result.trajectories), "stats": stats}
 
 
 @task(
@@ -492,110 +243,21 @@ def write_trajectories(shards: list[str], path: str, fp: str) -> dict[str, Any]:
     return {"rows": n, "fingerprint": fp}
 
 
-class _LocalSandboxServer:
-    """``twinkle sandbox serve`` in a child process, started now and waited for on first use.
-
-    A child process rather than ``SandboxServer`` in this one: the server's request handling
-    then does not share the GIL with the rollout's event loop, its start-up overlaps
-    curation, and starting uvicorn here would reconfigure logging under Prefect's feet
-    (it flushes Prefect's API log handler under logging's global lock: a 5 s stall, and
-    seen deadlocked against Prefect's event threads).
-    """
-
-    def __init__(self) -> None:
-        import subprocess
-        import sys
-
-        self.api_key = secrets.token_urlsafe(24)
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "from twinkle.cli import main; main()",
-                "sandbox",
-                "serve",
-                "--port",
-                "0",
-            ],
-            env={**os.environ, "E2B_API_KEY": self.api_key},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self._endpoint: dict[str, Any] | None = None
-
-    def endpoint(self, timeout: float = 120.0) -> dict[str, Any]:
-        """``{'api_url', 'api_key'}`` once the server accepts connections, else ``{'error'}``."""
-        import select
-
-        if self._endpoint is None:
-            ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-            url = self.proc.stdout.readline().strip() if ready else ""
-            if url.startswith("http"):
-                self._endpoint = {"api_url": url, "api_key": self.api_key}
-            else:
-                self.stop()
-                why = (self.proc.stderr.read() or "").strip().splitlines()[-1:] or [
-                    f"no URL within {timeout:.0f} s"
-                ]
-                self._endpoint = {"error": f"local sandbox server unavailable: {why[0]}"}
-        return self._endpoint
-
-    def release(self) -> None:
-        """Ask the server to stop (SIGTERM) without waiting: it kills its sandboxes and removes
-        their files while the flow logs its results; ``stop`` then finds it gone."""
-        import signal
-
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-
-    def stop(self) -> None:
-        import subprocess
-
-        self.release()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
-class SandboxEndpoint:
-    """The sandbox API of a flow run: call it for ``{'api_url', 'api_key'}`` (or ``{'error'}``),
-    waiting for a local server started with the flow if it is not up yet; ``release()`` once
-    no sandbox is needed any more lets a local server shut down while the flow goes on."""
-
-    def __init__(
-        self, fixed: dict[str, Any] | None = None, server: _LocalSandboxServer | None = None
-    ) -> None:
-        self._fixed, self._server = fixed, server
-
-    def __call__(self) -> dict[str, Any]:
-        return self._fixed if self._server is None else self._server.endpoint()
-
-    def release(self) -> None:
-        if self._server is not None:
-            self._server.release()
-
-
 @contextlib.contextmanager
 def sandbox_endpoint(sandbox: SandboxParams) -> Iterator[SandboxEndpoint]:
-    """The sandbox API for the block (``SandboxEndpoint``): ``api_url``, else ``E2B_API_URL``,
-    else a local sandbox server started in a child process and stopped at the block's end.
-    Open it first in a flow: the server starts while curation runs.
-    """
-    api_url = sandbox.api_url or os.environ.get("E2B_API_URL")
-    if api_url:
-        yield SandboxEndpoint(
-            {"api_url": api_url, "api_key": os.environ.get(sandbox.api_key_env) or "local"}
-        )
-        return
-    server = _LocalSandboxServer()
-    try:
-        yield SandboxEndpoint(server=server)
-    finally:
-        server.stop()
+    """The sandbox API for the block (``twinkle.sandbox.endpoint.sandbox_endpoint`` with the
+    flow's parameters). Open it first in a flow: a local server starts while curation runs."""
+    with _sandbox_endpoint(sandbox.api_url, api_key_env=sandbox.api_key_env) as endpoint:
+        yield endpoint
+
+
+def _stats_of(part: dict[str, Any]) -> RolloutStats:
+    """A shard's stats (a result cached by an older version has timings only)."""
+    if "stats" in part:
+        return RolloutStats(**{k: v for k, v in part["stats"].items() if k != "failure_rate"})
+    rows = read_rows_cached([part["path"]])
+    figures = {k: part.get(k, 0.0) for k in ("provision_s", "rollout_s", "scoring_s")}
+    return RolloutStats.of(rows, **figures, traces=dict(part.get("traces") or {}))
 
 
 def run_rollout(
@@ -606,20 +268,22 @@ def run_rollout(
     ctx: Tracking | None = None,
     tracking: TrackingParams | None = None,
     conversations_fp: str | None = None,
+    dest: Path | None = None,
+    progress: Callable[[str, int, int], Any] | None = None,
 ) -> dict[str, Any]:
     """The rollout stages as tasks of the current flow run; returns the stage summary.
 
     ``conversations`` (files, with their fingerprint) come from the curation stage in the
-    pipeline; standalone, ``params.conversations`` are read and hashed. The rollout runs as one
-    task (one event loop, the rollout's own asyncio concurrency) under the thread-pool runner,
-    and as one task per ``shard_size`` trajectories under Ray. With ``ctx`` each trajectory is
-    traced while the others still roll out; a stage found in the cache is traced from its file
-    instead (idempotent: traces already in the session are skipped). ``endpoint``: the sandbox
-    API (the ``SandboxEndpoint`` ``sandbox_endpoint`` yields), opened by the flow before any task
-    runs.
+    pipeline; standalone, ``params.conversations`` are read and hashed. With ``ctx`` each
+    trajectory is traced while the others still roll out; a stage found in the cache is
+    traced from its file instead (idempotent: traces already in the session are skipped).
+    ``endpoint``: the sandbox API (``sandbox_endpoint``), opened by the flow before any task
+    runs. ``dest``: the run's own folder for the scored file (default: the output folder).
+    ``progress``: ``callable(stage, done, total)`` (in-process runs only; not under Ray).
     """
     started = time.perf_counter()
     out = output_dir(run.output_dir)
+    dest = dest or out
     o, refresh = str(out), run.refresh_cache
     replay = params.policy.replay
     skipped: dict[str, str] = {}
@@ -636,13 +300,9 @@ def run_rollout(
             f"OpenEnv episodes ({', '.join(params.openenv)}) need a policy model (give "
             "base_url and model); the replay policy has no recordings of them"
         )
-    source = conversations_fp or files_fingerprint(
-        paths
-    )  # the curation stage's fingerprint, when given
+    source = conversations_fp or files_fingerprint(paths)
     played = [games, params.openenv_episodes, params.openenv_seed] if games else []
-    pfp = fingerprint(
-        "rollout-input", source, params.limit, envs, params.tasks_limit, *played
-    )  # unchanged keys without OpenEnv
+    pfp = fingerprint("rollout-input", source, params.limit, envs, params.tasks_limit, *played)
     prepared = stage_task(prepare_rollout, out, refresh, work_path(o, "rollout-input", pfp))(
         paths,
         params.limit,
@@ -660,23 +320,7 @@ def run_rollout(
         skipped["limit"] = (
             f"{prepared['over_limit']} conversations over limit={params.limit} not re-run"
         )
-    settings = {
-        **params.model_dump(
-            exclude={
-                "conversations",
-                "tasks",
-                "tasks_limit",
-                "dataset",
-                "limit",
-                "openenv",
-                "openenv_episodes",
-                "openenv_base_url",
-                "openenv_seed",
-                "openenv_env_kwargs",
-            }
-        ),
-        "replay": replay,
-    }
+    settings = {**params.model_dump(exclude=_NOT_IN_KEY), "replay": replay}
     if games:  # only then: the rollout's cache keys stay what they were without OpenEnv
         settings["openenv_base_url"] = params.openenv_base_url
         settings["openenv_env_kwargs"] = params.openenv_env_kwargs
@@ -695,31 +339,38 @@ def run_rollout(
         }
     fps = [fingerprint("rollout", pfp, a, b, settings) for a, b in ranges]
     api = endpoint()  # waits for a local sandbox server started with the flow, if not up yet
-    futures = [
-        stage_task(run_rollouts, out, refresh, work_path(o, "rollout", fps[k])).submit(
-            prepared["path"], a, b, k, settings, api, fps[k], o, trace
-        )
-        for k, (a, b) in enumerate(ranges)
-    ]
-    for f in futures:
-        f.wait()
-    rolled, traced = [], []
+    futures = stage_task(
+        run_rollouts, out, refresh, *[work_path(o, "rollout", f) for f in fps]
+    ).map(
+        unmapped(prepared["path"]),
+        [a for a, _ in ranges],
+        [b for _, b in ranges],
+        list(range(len(ranges))),
+        unmapped(settings),
+        unmapped(api),
+        fps,
+        unmapped(o),
+        unmapped(trace),
+        unmapped(None if run.ray_address else progress),  # a CLI bar does not travel to Ray
+    )
+    futures.wait()
+    rolled, parts = [], []
     for k, f in enumerate(futures):
         rolled.append(f.result())
-        if (
-            trace is not None and f.state.name == "Cached"
-        ):  # traced by an earlier run, maybe another session
-            traced.append(trace_file(trace, rolled[-1]["path"], ranges[k][0], k))
-        else:
-            traced.append(rolled[-1]["traces"])
-    path = str(out / "trajectories" / f"{params.dataset}.scored.jsonl")
-    written = stage_task(write_trajectories, out, refresh, path)(
+        part = _stats_of(rolled[-1])
+        if trace is not None and f.state.name == "Cached":  # traced by an earlier run
+            part.traces = dict(trace_file(trace, rolled[-1]["path"], ranges[k][0], k))
+        parts.append(part)
+    stats = RolloutStats.merged(parts)
+    path = str(dest / "trajectories" / f"{params.dataset}.scored.jsonl")
+    ran = any(f.state.name != "Cached" for f in futures)  # a shard's rows may have changed
+    written = stage_task(write_trajectories, out, refresh or ran, path)(
         [r["path"] for r in rolled], path, fingerprint("write", fps, path)
     )
-    traces = {
-        k: sum(t.get(k, 0) for t in traced)
-        for k in ("written", "existing", "unsampled", "spans", "seconds")
-    }
+    for r, part in zip(rolled, parts):
+        if part.failed:  # never served from the cache: a rerun retries what failed
+            Path(r["path"]).unlink(missing_ok=True)
+    keys = ("written", "existing", "unsampled", "spans", "seconds")
     return {
         "scored_path": path,
         "written": written["rows"],
@@ -728,25 +379,41 @@ def run_rollout(
         "policy": "replay" if replay else f"openai:{params.policy.model}",
         "settings": {
             **settings,
-            "tasks": params.tasks,
-            "tasks_limit": params.tasks_limit,
-            "openenv": params.openenv,
-            "openenv_episodes": params.openenv_episodes,
-            "openenv_base_url": params.openenv_base_url,
-            "openenv_seed": params.openenv_seed,
-            "openenv_env_kwargs": params.openenv_env_kwargs,
+            **{k: getattr(params, k) for k in sorted(_NOT_IN_KEY - {"conversations", "dataset"})},
         },
-        "provision_s": sum(r["provision_s"] for r in rolled),
-        "rollout_s": sum(r["rollout_s"] for r in rolled),
-        "scoring_s": sum(r["scoring_s"] for r in rolled),
+        "provision_s": stats.provision_s,
+        "rollout_s": stats.rollout_s,
+        "scoring_s": stats.scoring_s,
         "seconds": time.perf_counter() - started,
         "stage_run_id": stage,
-        "traces": traces,
+        "traces": {k: stats.traces.get(k, 0) for k in keys},
+        "stats": stats,
+        "sandbox_url": api.get("api_url") if isinstance(api, dict) else None,
     }
 
 
-def publish_rollout(result: dict[str, Any], tracked: dict[str, Any]) -> None:
-    """Prefect artifacts: the reward table and a markdown summary (stable keys)."""
+def check_rollout(result: dict[str, Any], params: RolloutParams) -> str | None:
+    """The rollout's failure verdict (``check_failure_rate``): None, a warning line (logged to
+    the Prefect run), or ``RunFailedError`` above ``params.max_failure_rate``."""
+    warning = check_failure_rate(
+        result["stats"],
+        params.max_failure_rate,
+        config=RolloutConfig.from_settings(params.model_dump()),
+        sandbox_url=result.get("sandbox_url"),
+    )
+    if warning:
+        stage_log(warning, warning=True)
+    return warning
+
+
+def publish_rollout(
+    result: dict[str, Any],
+    tracked: dict[str, Any],
+    ctx: Tracking | None = None,
+    verdict: str | None = None,
+) -> None:
+    """Prefect artifacts: the reward table and a markdown summary (stable keys), linked to the
+    MLflow run; ``verdict``: the failure warning or error, shown first."""
     rows = []
     for t in read_rows_cached([result["scored_path"]]):
         rewards = t.get("rewards") or {}
@@ -760,22 +427,33 @@ def publish_rollout(result: dict[str, Any], tracked: dict[str, Any]) -> None:
                 "error": (t.get("error") or t.get("reward_error") or "")[:200],
             }
         )
+    link = links_markdown(ctx) if ctx is not None else None
     create_table_artifact(
         key="rollout-rewards",
         table=rows or [{"id": "-", "total": None}],
-        description="Reward and stop reason per trajectory.",
+        description="Reward and stop reason per trajectory."
+        + (f" MLflow run: {ctx.run_id}." if ctx is not None else ""),
     )
-    stops = tracked.get("stop_reasons", {})
+    stats: RolloutStats = result["stats"]
+    stops = stats.stop_reasons
+    mean, rate = tracked.get("reward.total.mean"), tracked.get("pass_rate")
+    stage_log(
+        f"rollout: {result['trajectories']} trajectories with policy {result['policy']}, "
+        f"{stats.failed} failed; mean reward {_num(mean)}, pass rate {_num(rate)}"
+    )
     create_markdown_artifact(
         key="rollout-summary",
         markdown="\n".join(
             [
                 "# Rollout and scoring",
-                f"- policy: `{result['policy']}`; trajectories: **{result['trajectories']}**",
+                *([f"> **{verdict}**", ""] if verdict else []),
+                *([link] if link else []),
+                f"- policy: `{result['policy']}`; trajectories: **{result['trajectories']}**, "
+                f"failed: **{stats.failed}** ({stats.failure_rate:.0%})",
                 "- stop reasons: "
                 f"{', '.join(f'{k}={v}' for k, v in sorted(stops.items())) or 'none'}",
-                f"- mean reward (total): **{tracked.get('reward.total.mean', 'n/a')}**, "
-                f"pass rate: {tracked.get('pass_rate', 'n/a')}",
+                f"- mean reward (total, failed excluded): **{_num(mean)}**, "
+                f"pass rate: {_num(rate)}",
                 f"- traces written: {tracked.get('traces_written', 0)} "
                 f"(already there: {tracked.get('traces_existing', 0)})",
                 *[f"- skipped {k}: {v}" for k, v in result["skipped"].items()],
@@ -784,6 +462,10 @@ def publish_rollout(result: dict[str, Any], tracked: dict[str, Any]) -> None:
         ),
         description="Rollout summary.",
     )
+
+
+def _num(value: Any) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
 
 
 def rollout_summary(result: dict[str, Any], tracked: dict[str, Any]) -> dict[str, Any]:
@@ -797,11 +479,14 @@ def rollout_summary(result: dict[str, Any], tracked: dict[str, Any]) -> dict[str
         "scoring_s",
         "seconds",
     )
+    stats: RolloutStats = result["stats"]
     return {
         **{k: result[k] for k in keep},
         "trajectories": result["trajectories"],
-        "failed": tracked.get("failed", 0),
-        "stop_reasons": tracked.get("stop_reasons", {}),
+        "failed": stats.failed,
+        "failure_rate": stats.failure_rate,
+        "errors": stats.errors,
+        "stop_reasons": stats.stop_reasons,
         "reward_mean": tracked.get("reward.total.mean"),
         "pass_rate": tracked.get("pass_rate"),
         "traces_written": tracked.get("traces_written", 0),
@@ -814,8 +499,12 @@ def rollout_flow(
     rollout: RolloutParams | None = None,
     tracking: TrackingParams | None = None,
     run: RunParams | None = None,
+    progress: Callable[[str, int, int], Any] | None = None,
 ) -> dict[str, Any]:
-    """Roll out a policy in sandboxes, score the trajectories and trace them in MLflow."""
+    """Roll out a policy in sandboxes, score the trajectories and trace them in MLflow.
+
+    ``progress``: ``callable(stage, done, total)`` for a caller in this process (a CLI bar).
+    """
     rollout, tracking, run = (
         rollout or RolloutParams(),
         tracking or TrackingParams(),
@@ -824,17 +513,39 @@ def rollout_flow(
     on_ray = on_ray_if_asked(rollout_flow, run, tracking, rollout=rollout)
     if on_ray is not None:
         return on_ray
-    with sandbox_endpoint(rollout.sandbox) as endpoint:  # first: see sandbox_endpoint
+    quiet_third_party()
+    check_before_work(rollout.conversations, rollout, tracking)
+    with _sandbox_endpoint(rollout.sandbox.api_url, api_key_env=rollout.sandbox.api_key_env) as ep:
         ctx = start_tracking(
             tracking,
             tracking.run_key or flow_run_id(),
             "twinkle-rollout",
             {"rollout": rollout.model_dump(), "run": run.model_dump()},
         )
-        result = run_rollout(rollout, run, endpoint, ctx=ctx, tracking=tracking)
-        endpoint.release()  # a local server shuts down while the results are logged
-        tracked = log_rollout(ctx, result["stage_run_id"], result)
-        publish_rollout(result, tracked)
-    summary = rollout_summary(result, tracked)
-    finish_tracking(ctx, {**summary, "mlflow_run_id": ctx.run_id})
-    return {**summary, "mlflow_run_id": ctx.run_id}
+        with run_guard(ctx):
+            probe_endpoints(rollout, ep)
+            out = output_dir(run.output_dir)
+            dest = run_folder(out, run_name(tracking))
+            result = run_rollout(
+                rollout, run, ep, ctx=ctx, tracking=tracking, dest=dest, progress=progress
+            )
+            ep.release()  # a local server shuts down while the results are logged
+            tracked = log_rollout(ctx, result["stage_run_id"], result)
+            summary = {
+                **rollout_summary(result, tracked),
+                "mlflow_run_id": ctx.run_id,
+                "run_dir": str(dest),
+                "reused": reused_stages(),
+            }
+            try:
+                verdict = check_rollout(result, rollout)
+            except Exception as exc:
+                publish_rollout(result, tracked, ctx, verdict=f"Failed: {exc}")
+                finish_tracking(ctx, {**summary, "error": str(exc)}, status="FAILED")
+                raise
+            if verdict:
+                summary["warning"] = verdict
+            publish_rollout(result, tracked, ctx, verdict=verdict)
+            finish_tracking(ctx, summary)
+            point_latest(out, dest)
+    return summary

@@ -4,6 +4,12 @@ Every task here retries (the tracking store is I/O) and is never cached: logging
 idempotent by design (runs found by key, metrics deduplicated, traces keyed per session),
 so a resumed flow re-logs its cached stages into the same MLflow run without duplicates.
 
+The MLflow run carries the Prefect flow run's name and, as tags, its id and UI address
+(``prefect.flow_run_*``). Nothing private is uploaded: params and tags go through
+``twinkle.tracking.redact``, the scored rows are uploaded with credentials redacted from
+every string, and the rows curation dropped (raw, from before the PII step) are uploaded
+only with ``TrackingParams.log_dropped_rows``, and then after their PII rewrite.
+
 Example:
     >>> from flows.tracking import start_tracking
     >>> start_tracking.name
@@ -13,7 +19,9 @@ Example:
 from __future__ import annotations
 
 import atexit
+import os
 import threading
+import time
 from typing import Any
 
 from prefect import task
@@ -57,12 +65,50 @@ def start_tracking(
     from twinkle.tracking import MLflowTracker
 
     uri, artifacts = tracking_target(tracking.tracking_uri, tracking.artifact_location)
-    tracker = MLflowTracker(uri, experiment=tracking.experiment, artifact_location=artifacts)
+    tracker = MLflowTracker(
+        uri,
+        experiment=tracking.experiment,
+        artifact_location=artifacts,
+        log_dropped_rows=tracking.log_dropped_rows,
+    )
     trace_writer_process()  # start the trace writer now; it imports MLflow while curation runs
+    name, tags = flow_run_link()
     run_id = tracker.start_run(
-        run_key, name=f"{flow_name}-{run_key[:8]}", params=params, tags={"twinkle.flow": flow_name}
+        run_key,
+        name=name or f"{flow_name}-{run_key[:8]}",
+        params=params,
+        tags={"twinkle.flow": flow_name, **tags},
     )
     return Tracking(tracker=tracker, run_id=run_id, run_key=run_key)
+
+
+def flow_run_link() -> tuple[str | None, dict[str, str]]:
+    """The Prefect flow run this code runs in: its name (the MLflow run's name too) and the
+    tags that lead from the MLflow run to it (``prefect.flow_run_id``, ``..._name``,
+    ``..._url``); ``(None, {})`` outside a flow run."""
+    from prefect.runtime import flow_run
+
+    run_id = flow_run.id
+    if not run_id:
+        return None, {}
+    tags = {"prefect.flow_run_id": str(run_id)}
+    if flow_run.name:
+        tags["prefect.flow_run_name"] = str(flow_run.name)
+    url = _flow_run_url(str(run_id))
+    if url:
+        tags["prefect.flow_run_url"] = url
+    return flow_run.name, tags
+
+
+def _flow_run_url(run_id: str) -> str | None:
+    """The flow run's page in the Prefect UI (Prefect's ``url_for``: ``PREFECT_UI_URL``, or
+    the API's address); None when neither is known (an ephemeral API)."""
+    from prefect.utilities.urls import url_for
+
+    try:
+        return url_for("flow-run", obj_id=run_id)
+    except Exception:  # noqa: BLE001 - a missing link must not fail tracking
+        return None
 
 
 @task(name="finish-tracking", task_run_name="finish-tracking", **_IO)
@@ -78,9 +124,18 @@ def finish_tracking(tracking: Tracking, summary: dict[str, Any], status: str = "
 
 @task(name="log-curation", task_run_name="log-curation", **_IO)
 def log_curation(tracking: Tracking, result: dict[str, Any]) -> str:
-    """Curation stage: a nested run with rows in/out, drops, the chart and the curated files."""
+    """Curation stage: a nested run (timed as the stage ran) with rows in/out, drops, the
+    chart, the curated file, and the input and curated datasets (``mlflow.data``, on the
+    flow's run too). The dropped rows are uploaded only when asked
+    (``TrackingParams.log_dropped_rows``), and then only after their PII rewrite."""
     tracker = tracking.tracker
-    stage = tracking.stage("curation")
+    ended = time.time()  # logged as soon as the stage returns: it ended about now
+    stage = tracker.start_stage(
+        tracking.run_id,
+        tracking.run_key,
+        "curation",
+        start_time=ended - float(result.get("seconds") or 0.0),
+    )
     tracker.log_params(stage, result["settings"])
     tracker.log_curation(
         stage,
@@ -89,12 +144,80 @@ def log_curation(tracking: Tracking, result: dict[str, Any]) -> str:
         result["rows_out"],
         render=trace_writer_process().chart,
     )  # drawn off this process's GIL
-    tracker.set_tags(stage, {"pii": result["pii"]})
-    for key in ("curated_path", "dropped_path"):
-        if result.get(key):
-            tracker.log_artifact(stage, result[key], "data")
-    tracker.end_run(stage)
+    tags = {"pii": result["pii"]}
+    for run in (tracking.run_id, stage):
+        for path in result["settings"].get("inputs") or []:
+            if os.path.isfile(path):
+                tracker.log_dataset(run, path, context="input")
+        if result.get("curated_path") and os.path.isfile(result["curated_path"]):
+            tracker.log_dataset(run, result["curated_path"], context="curated")
+    if result.get("curated_path"):
+        tracker.log_artifact(stage, result["curated_path"], "data")
+    if result.get("dropped_path"):
+        tags["dropped_rows"] = _log_dropped(tracker, stage, result)
+    tracker.set_tags(stage, tags)
+    tracker.end_run(stage, end_time=ended)
     return stage
+
+
+_INDEX = "__twinkle_dropped_index"  # an int: the PII rewrite leaves it as it is
+
+
+def _log_dropped(tracker: Any, stage: str, result: dict[str, Any]) -> str:
+    """Upload the dropped-row log with every row through the PII rewrite, when the tracker is
+    asked to and the PII step ran; returns what was done (the stage's ``dropped_rows`` tag)."""
+    if not tracker.log_dropped_rows:
+        return "not logged (log_dropped_rows is off)"
+    if result["pii"] != "ran":
+        return f"not logged: the PII step did not run ({result['pii']})"
+    import json
+    import tempfile
+
+    from twinkle.preprocessor.pii_presidio_filter import PIIPresidioFilter
+
+    with open(result["dropped_path"], encoding="utf-8") as f:
+        lines = [json.loads(line) for line in f if line.strip()]
+    rows = [{**e["row"], _INDEX: i} for i, e in enumerate(lines) if isinstance(e.get("row"), dict)]
+    kept, _ = PIIPresidioFilter(all_fields=True)(rows)  # a row it cannot rewrite stays out
+    out = []
+    for row in kept:
+        entry = lines[row.pop(_INDEX)]
+        out.append({"step": entry.get("step"), "reason": entry.get("reason"), "row": row})
+    name = os.path.basename(result["dropped_path"])
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, name)
+        with open(path, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(e, ensure_ascii=False) + "\n" for e in out)
+        tracker.log_artifact(stage, path, "data")
+    return f"logged after the PII rewrite ({len(out)} of {len(lines)} rows)"
+
+
+def _log_redacted_rows(tracker: Any, stage: str, path: str, rows: list[dict[str, Any]]) -> None:
+    """Upload ``rows`` (read from ``path``) under ``data/`` with credentials redacted from
+    every string (an endpoint error may quote a URL with its password); JSONL keeps the
+    name, another format is uploaded as JSONL beside its name."""
+    import json
+    import tempfile
+
+    from twinkle.tracking.scrub import scrub_text
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, str):
+            return scrub_text(value)
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        return value
+
+    name = os.path.basename(path)
+    if not name.endswith(".jsonl"):
+        name = os.path.splitext(name)[0] + ".jsonl"
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, name)
+        with open(out, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(clean(r), ensure_ascii=False) + "\n" for r in rows)
+        tracker.log_artifact(stage, out, "data")
 
 
 @task(name="start-stage", task_run_name="start-stage-{name}", **_IO)
@@ -170,7 +293,7 @@ def log_rollout(tracking: Tracking, stage: str, result: dict[str, Any]) -> dict[
     )
     tracker.set_tags(stage, {f"skipped.{k}": v for k, v in result.get("skipped", {}).items()})
     if result.get("scored_path"):
-        tracker.log_artifact(stage, result["scored_path"], "data")
+        _log_redacted_rows(tracker, stage, result["scored_path"], trajectories)
     traces = result.get("traces", {})
     tracker.log_metrics(stage, {f"traces.{k}": v for k, v in traces.items()})
     tracker.end_run(stage)

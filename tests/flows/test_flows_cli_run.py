@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 
+@pytest.mark.slow
 def test_twinkle_run_replays_the_input_and_prints_the_summary(
     prefect_api, tmp_path, conversations_file
 ):

@@ -4,8 +4,11 @@ import json
 import os
 import secrets
 
-from flows.rollout import _score, _task_environments
+import pytest
+
 from twinkle.integrations.rollout_bridge import trajectories_for
+from twinkle.rollout.runner import score as _score
+from twinkle.rollout.runner import task_environments as _task_environments
 from twinkle.sandbox import SandboxServer
 
 
@@ -15,6 +18,7 @@ def _answered(code: str) -> dict:
     return {**traj, "messages": [*traj["messages"], reply], "stop_reason": "stop"}
 
 
+@pytest.mark.slow
 def test_code_tasks_are_graded_through_the_sandbox_server():
     with SandboxServer(port=0, api_key=secrets.token_urlsafe(16)) as server:
         envs = _task_environments({"api_url": server.url, "api_key": server.api_key})

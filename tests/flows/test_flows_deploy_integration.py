@@ -10,8 +10,11 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.net import free_port
+
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 INFRA = REPO / "infra" / "prefect"
@@ -110,7 +113,8 @@ def test_deploy_prefect_yaml_and_run_a_deployment_on_a_worker(tmp_path, conversa
         log = (run_dir / "worker.log").read_text()
         assert state == "COMPLETED", f"flow run ended {state}; worker log:\n{log[-3000:]}"
         curated = [
-            json.loads(line) for line in open(tmp_path / "out" / "curated" / "examples.jsonl")
+            json.loads(line)
+            for line in open(tmp_path / "out" / "latest" / "curated" / "examples.jsonl")
         ]
         assert len(curated) == 4
     finally:

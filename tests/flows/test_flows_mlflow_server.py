@@ -16,7 +16,7 @@ import pytest
 from tests.flows.tests_flows_helpers import flow_state
 from tests.net import free_port
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -37,6 +37,7 @@ def binary_search(request: dict) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_rollout_flow_plays_openenv_episodes_and_records_episode_rewards(
     prefect_api, tmp_path, tracking_params
 ):
@@ -97,6 +98,7 @@ def test_rollout_flow_plays_openenv_episodes_and_records_episode_rewards(
     assert len(client.search_traces(locations=[exp], filter_string="tag.status = 'failed'")) == 3
 
 
+@pytest.mark.slow
 def test_openenv_episodes_with_the_replay_policy_are_skipped_with_a_note(
     prefect_api, tmp_path, tracking_params
 ):
@@ -152,6 +154,7 @@ def openenv_server():
         proc.wait(timeout=15)
 
 
+@pytest.mark.slow
 def test_rollout_flow_plays_episodes_on_an_openenv_server(
     prefect_api, tmp_path, tracking_params, openenv_server
 ):
@@ -188,6 +191,7 @@ def _scored(summary: dict) -> dict[str, dict]:
     }
 
 
+@pytest.mark.slow
 def test_openenv_seed_and_constructor_kwargs_reach_the_embedded_episodes(
     prefect_api, tmp_path, tracking_params
 ):
@@ -243,14 +247,16 @@ def test_openenv_seed_and_constructor_kwargs_reach_the_embedded_episodes(
 
 
 def test_constructor_kwargs_the_env_does_not_take_fail_the_episode_with_the_reason():
-    from flows.rollout import openenv_rows, provision_openenvs
+    from twinkle.rollout.runner import RolloutConfig, RolloutRunner, openenv_rows
 
-    [(env, error, _)] = provision_openenvs.fn(
-        openenv_rows(["number_guess"], 1, seed=3), None, 1, {"number_guess": {"colour": "red"}}
+    runner = RolloutRunner(
+        RolloutConfig(concurrency=1, openenv_env_kwargs={"number_guess": {"colour": "red"}})
     )
+    [(env, error, _)] = runner.provision_openenvs(openenv_rows(["number_guess"], 1, seed=3))
     assert env is None and error.startswith("TypeError") and "colour" in error
 
 
+@pytest.mark.slow
 def test_constructor_kwargs_against_an_openenv_server_fail_those_episodes_with_the_reason(
     prefect_api, tmp_path, tracking_params, openenv_server
 ):
@@ -271,6 +277,7 @@ def test_constructor_kwargs_against_an_openenv_server_fail_those_episodes_with_t
             openenv_base_url=openenv_server,
             openenv_env_kwargs={"number_guess": {"high": 1000}},
             policy=PolicyParams(base_url=server.base_url, model="test-model"),
+            max_failure_rate=1.0,  # every episode fails here, on purpose
         )
         state = rollout_flow(
             rollout, tracking_params, RunParams(output_dir=str(tmp_path / "out")), return_state=True
@@ -282,7 +289,8 @@ def test_constructor_kwargs_against_an_openenv_server_fail_those_episodes_with_t
     scored = _scored(summary)
     assert sorted(scored) == ["openenv-number_guess-3", "openenv-number_guess-4"]
     for game in scored.values():
-        assert game["stop_reason"] == "error" and game["reward_outcome"] == "error"
+        assert game["stop_reason"] == "error" and game["reward_outcome"] == "failed"
+        assert game["rewards"] == {}  # errors are never rewards
         assert game["error"].startswith(
             "OpenEnvError: openenv_env_kwargs for 'number_guess' (high) cannot be "
             f"applied on the OpenEnv server {openenv_server}"

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.flows.tests_flows_helpers import flow_state, mlflow_client, task_states
-from tests.net import free_port
+
+pytestmark = pytest.mark.slow
 
 
 def _params(tmp_path, conversations_file, **rollout):
@@ -167,44 +168,6 @@ def test_task_environments_with_a_live_policy_get_rewards_and_token_usage(
     assert llm.attributes["mlflow.chat.tokenUsage"]["input_tokens"] > 0
 
 
-def test_failing_endpoint_and_sandbox_mark_trajectories_failed_and_the_flow_completes(
-    prefect_api, tmp_path, conversations_file, tracking_params
-):
-    from flows.params import PolicyParams, RolloutParams, RunParams, SandboxParams
-    from flows.rollout import rollout_flow
-
-    dead = f"http://127.0.0.1:{free_port()}"  # a port nobody listens on
-    run = RunParams(output_dir=str(tmp_path / "out"))
-    no_model = RolloutParams(
-        conversations=[conversations_file],
-        tasks=["math"],
-        tasks_limit=2,
-        policy=PolicyParams(base_url=dead + "/v1", model="m", request_timeout_s=5),
-    )
-    state = rollout_flow(no_model, tracking_params, run, return_state=True)
-    assert flow_state(state) == "COMPLETED"
-    out = state.result()
-    assert (
-        out["stop_reasons"] == {"api_error": 7} and out["failed"] == 7
-    )  # 5 conversations + 2 tasks
-
-    no_sandbox = RolloutParams(
-        conversations=[conversations_file], tasks=[], sandbox=SandboxParams(api_url=dead)
-    )
-    state = rollout_flow(
-        no_sandbox,
-        tracking_params.model_copy(update={"run_key": "sandbox-down"}),
-        run,
-        return_state=True,
-    )
-    assert flow_state(state) == "COMPLETED"
-    scored = [json.loads(line) for line in open(state.result()["scored_path"])]
-    assert len(scored) == 5 and all(t["error"].startswith("SandboxError") for t in scored)
-    client, exp = mlflow_client(tracking_params)
-    failed = client.search_traces(locations=[exp], filter_string="tag.status = 'failed'")
-    assert len(failed) == 12  # one trace each, the duplicate conversation included
-
-
 _KILLED_RUN = """
 import sys
 from flows.pipeline import pipeline_flow
@@ -224,7 +187,7 @@ def test_a_flow_killed_halfway_resumes_from_finished_stages(
     from twinkle.testing.openai_server import OpenAIServer, echo
 
     out = tmp_path / "out"
-    curated = out / "curated" / "examples.jsonl"
+    curated = out / "killed" / "curated" / "examples.jsonl"  # the run key's own folder
     with OpenAIServer(echo(), delay_ms=60_000) as slow:  # the rollout stage hangs until killed
         env = {**os.environ, "PREFECT_API_URL": prefect_api, "PYTHONPATH": str(Path.cwd())}
         proc = subprocess.Popen(

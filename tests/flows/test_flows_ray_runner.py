@@ -29,7 +29,7 @@ import pytest
 from tests.flows.tests_flows_helpers import flow_state, mlflow_client, task_states
 from tests.net import free_port
 
-pytestmark = pytest.mark.timeout(420)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
 ROOT = Path(__file__).resolve().parents[2]
 RAY = [sys.executable, "-m", "ray.scripts.scripts"]

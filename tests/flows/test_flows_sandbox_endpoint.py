@@ -4,11 +4,13 @@ released early once the rollout no longer needs it."""
 import time
 
 import httpx
+import pytest
 
 from flows.params import SandboxParams
 from flows.rollout import sandbox_endpoint
 
 
+@pytest.mark.slow
 def test_local_server_serves_then_is_released_while_the_block_goes_on(monkeypatch):
     monkeypatch.delenv("E2B_API_URL", raising=False)
     with sandbox_endpoint(SandboxParams()) as endpoint:

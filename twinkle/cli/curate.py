@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from twinkle.io import SUFFIXES, DatasetFormatError, count_rows, read_rows, write_rows
+from twinkle.io import SUFFIXES, DatasetFormatError
 from twinkle.io_formats import FORMATS
 from twinkle.preprocessor.chain import DEFAULT_CHAIN
 
@@ -125,6 +125,26 @@ def _table(stats: Any, rows_read: int, rows_written: int) -> Any:
     "instruction/output or raw glaive system/chat; 'auto' detects it per row and names the "
     "first row in no known format.",
 )
+@click.option(
+    "--shard-rows",
+    type=click.IntRange(min=1),
+    default=100_000,
+    show_default=True,
+    help="Rows per output shard: the unit a --resume run does not redo.",
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Keep the work folder and reuse the shards and dedup decisions a killed run "
+    "finished (a changed input, chain or setting starts afresh).",
+)
+@click.option(
+    "--work-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Folder for shards, spools and completion markers [default: .OUTPUT.work beside "
+    "OUTPUT; removed after success unless --resume].",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def curate(
     inputs: tuple[str, ...],
@@ -137,6 +157,9 @@ def curate(
     near_threshold: float | None,
     batch_size: int,
     input_format: str,
+    shard_rows: int,
+    resume: bool,
+    work_dir: str | None,
     quiet: bool,
 ) -> None:
     """Deduplicate and filter conversation datasets (JSONL, JSON or Parquet files or folders).
@@ -149,10 +172,9 @@ def curate(
     prints rows in, rows out and drops per step and reason.
     """
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from twinkle.preprocessor.chain import build_pipeline, curate_rows, parse_filter_names
-    from twinkle.preprocessor.quality import truncate_dropped_logs
+    from twinkle.preprocessor.chain import build_pipeline, parse_filter_names
+    from twinkle.preprocessor.stream import curate_stream
 
     if Path(output).suffix.lower() not in SUFFIXES:
         raise click.BadParameter(
@@ -184,41 +206,21 @@ def curate(
         raise click.BadParameter(str(exc), param_hint="--filters") from exc
 
     files = _expand(inputs)
-    console = Console(stderr=True)
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        disable=quiet,
-        transient=False,
-    )
-    tasks: dict[str, Any] = {}
-
-    def advance(label: str, done: int, total: int) -> None:
-        if label not in tasks:
-            tasks[label] = progress.add_task(label, total=total)
-        progress.advance(tasks[label], done)
-
     try:
-        with progress:
-            total = count_rows(files)
-            read_task = progress.add_task("read", total=total)
-            rows = []
-            for row in read_rows(files, input_format):
-                rows.append(row)
-                if len(rows) % 10000 == 0:
-                    progress.update(read_task, completed=len(rows))
-            progress.update(read_task, completed=len(rows))
-            if dropped_path and not append:
-                truncate_dropped_logs(dropped_path)
-            kept, stats = curate_rows(
-                rows, stages, dropped_log_path=dropped_path, batch_size=batch_size, on_batch=advance
-            )
-            write_task = progress.add_task("write", total=len(kept))
-            written = write_rows(output, kept)
-            progress.update(write_task, completed=written)
+        # Streams: memory is the batch and the dedup index, never the input (see stream.py).
+        summary = curate_stream(
+            files,
+            output,
+            dropped_path,
+            stages,
+            batch_size=batch_size,
+            input_format=input_format,
+            shard_rows=shard_rows,
+            work_dir=work_dir,
+            resume=resume,
+            append=append,
+            progress=not quiet,
+        )
     except DatasetFormatError as exc:
         raise click.ClickException(
             f"{exc}\nNothing was written; fix the input and run again."
@@ -227,8 +229,11 @@ def curate(
         raise click.ClickException(
             f"{exc}\nCheck the path and permissions, then run again."
         ) from exc
+    stats, written = summary.stats, summary.rows_out
+    if summary.shards_reused:
+        click.echo(f"resumed: {summary.shards_reused} of {summary.shards} shards were done")
 
-    Console().print(_table(stats, len(rows), written))
+    Console().print(_table(stats, summary.rows_in, written))
     for step, tags in stats.tags().items():  # IntentClassifier: rows per intent
         counts = ", ".join(f"{t}: {n}" for t, n in sorted(tags.items(), key=lambda kv: -kv[1]))
         click.echo(f"{step} tags: {counts}")

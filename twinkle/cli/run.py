@@ -29,7 +29,6 @@ from typing import Any
 import click
 
 _QUIET_LOGGERS = (
-    "prefect.task_runs",
     "prefect.task_engine",
     "presidio-analyzer",
     "mlflow",
@@ -55,9 +54,35 @@ def _environment() -> None:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 
 
+class _NoTracebackForTwinkleErrors(logging.Filter):
+    """A failed check or stage raises a ``TwinkleError`` whose message says what to fix; the
+    engine's traceback of it would bury that line (the command prints it once, at the end)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from twinkle.errors import TwinkleError
+
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, TwinkleError):
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+class _TaskLinesOffTheTerminal(logging.Filter):
+    """Task runs' routine lines ("Finished in state Completed()") stay off the terminal, where
+    the summary says it all; they still reach the Prefect run log, and warnings show."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        routine = record.levelno < logging.WARNING
+        return not (routine and record.name.startswith("prefect.task_runs"))
+
+
 def _quiet() -> None:
     for name in _QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
+    logging.getLogger("prefect.flow_runs").addFilter(_NoTracebackForTwinkleErrors())
+    logging.getLogger("prefect.task_runs").addFilter(_NoTracebackForTwinkleErrors())
+    for handler in logging.getLogger().handlers:  # Prefect's console handler, not its API one
+        handler.addFilter(_TaskLinesOffTheTerminal())
 
 
 @click.command("run")
@@ -72,8 +97,24 @@ def _quiet() -> None:
     "--tasks",
     "tasks",
     multiple=True,
-    help="Task environments to roll out (math, multiple_choice, code; all of them when a model "
-    "is given and none is named); need --base-url/--model.",
+    help="A registered task environment to roll out, by name: math, multiple_choice or code, "
+    "or ADAPTER/NAME?KEY=VALUE&... (reasoning_gym/leg_counting?size=50, see `twinkle env "
+    "list`); repeat the option for several. Default with a model: the three built-in ones; "
+    "they need --base-url/--model.",
+)
+@click.option(
+    "--envs",
+    "envs_file",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    help="A YAML file of environments (adapter, name, config, cleaners, judge; see "
+    "examples/envs/) to roll out as tasks, beside --tasks.",
+)
+@click.option(
+    "--limit",
+    default=None,
+    type=click.IntRange(1),
+    help="Re-run at most this many curated conversations (default: all).",
 )
 @click.option(
     "--output",
@@ -98,10 +139,40 @@ def _quiet() -> None:
 @click.option(
     "--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite:///<cwd>/mlflow.db)."
 )
-@click.option("--max-turns", default=8, show_default=True, type=click.IntRange(1, 256))
-@click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1, 1024))
 @click.option(
-    "--trace-sample-rate", default=1.0, show_default=True, type=click.FloatRange(0.0, 1.0)
+    "--experiment",
+    default="twinkle",
+    show_default=True,
+    help="MLflow experiment the run is logged in (created on first use).",
+)
+@click.option(
+    "--max-turns",
+    default=8,
+    show_default=True,
+    type=click.IntRange(1, 256),
+    help="Model calls per trajectory at most; a trajectory still calling tools then stops "
+    "with stop reason max_turns.",
+)
+@click.option(
+    "--concurrency",
+    default=8,
+    show_default=True,
+    type=click.IntRange(1, 1024),
+    help="Trajectories rolled out at once (each with its own sandbox and model calls).",
+)
+@click.option(
+    "--trace-sample-rate",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(0.0, 1.0),
+    help="Share of trajectories traced in MLflow (0.1: one in ten; the same ones on a rerun).",
+)
+@click.option(
+    "--max-failure-rate",
+    default=0.5,
+    show_default=True,
+    type=click.FloatRange(0.0, 1.0),
+    help="Share of trajectories that may fail before the run fails (exit status 1).",
 )
 @click.option(
     "--ray-address",
@@ -115,27 +186,46 @@ def _quiet() -> None:
 def run(
     inputs,
     tasks,
+    envs_file,
+    limit,
     output,
     base_url,
     model,
     api_key_env,
     sandbox_url,
     tracking_uri,
+    experiment,
     max_turns,
     concurrency,
     trace_sample_rate,
+    max_failure_rate,
     ray_address,
     fresh,
     as_json,
 ) -> None:
-    """Run the whole pipeline (curate, roll out in sandboxes, score, trace in MLflow)."""
+    """Run the whole pipeline (curate, roll out in sandboxes, score, trace in MLflow).
+
+    Exits 1 when the run fails (more trajectories failed than --max-failure-rate allows,
+    an endpoint is down, a stage raised), naming what failed; its MLflow run is FAILED.
+    """
     if bool(base_url) != bool(model):
         raise click.UsageError(
             "--base-url and --model go together (or give neither to replay recordings)"
         )
+    if envs_file:
+        from twinkle.core.config import load_environments
+
+        try:  # one "@file#key" task per entry, so --tasks-limit-style caps apply per env
+            path = Path(envs_file).resolve()
+            tasks = (*tasks, *(f"@{path}#{cfg.key}" for cfg in load_environments(path)))
+        except (OSError, ValueError, TypeError) as exc:
+            raise click.BadParameter(str(exc), param_hint="--envs") from exc
     if tasks and not base_url:
         raise click.UsageError("--tasks need a policy model: give --base-url and --model")
     started = time.perf_counter()
+    cwd = Path.cwd().resolve()
+    uri = tracking_uri or f"sqlite:///{cwd / 'mlflow.db'}"
+    _check_before_start(inputs, base_url, sandbox_url, uri)
     _environment()
     say = (lambda *a, **k: None) if as_json else click.echo
     say("twinkle run: starting Prefect's temporary API and the pipeline flow ...")
@@ -159,8 +249,6 @@ def run(
                 "(infra/prefect/start-server.sh) and export PREFECT_API_URL=http://<host>:4200/api"
             )
     _quiet()
-    cwd = Path.cwd().resolve()
-    uri = tracking_uri or f"sqlite:///{cwd / 'mlflow.db'}"
     curation = CurationParams(
         **({"inputs": [str(Path(p).resolve()) for p in inputs]} if inputs else {})
     )
@@ -168,37 +256,102 @@ def run(
     task_kw = {"tasks": list(tasks)} if tasks else ({} if base_url else {"tasks": []})
     rollout = RolloutParams(
         **task_kw,
+        limit=limit,
         max_turns=max_turns,
         concurrency=concurrency,
+        max_failure_rate=max_failure_rate,
         policy=PolicyParams(base_url=base_url, model=model, api_key_env=api_key_env),
         sandbox=SandboxParams(api_url=sandbox_url),
     )
-    tracking = TrackingParams(tracking_uri=uri, trace_sample_rate=trace_sample_rate)
+    tracking = TrackingParams(
+        tracking_uri=uri, experiment=experiment, trace_sample_rate=trace_sample_rate
+    )
     runp = RunParams(
         output_dir=str(Path(output).resolve()), ray_address=ray_address, refresh_cache=fresh
     )
+    from twinkle.errors import TwinkleError
+
     try:
-        with _progress_bar(enabled=not as_json):
-            summary = pipeline_flow(curation=curation, rollout=rollout, tracking=tracking, run=runp)
+        with _interrupts_as_keyboard(), _progress_bar(enabled=not as_json) as progress:
+            summary = pipeline_flow(
+                curation=curation, rollout=rollout, tracking=tracking, run=runp, progress=progress
+            )
+    except TwinkleError as exc:  # a failed stage or check: its message says what and why
+        raise click.ClickException(f"the run failed: {exc}") from exc
+    except KeyboardInterrupt:
+        click.echo("twinkle run: interrupted; the MLflow run is marked KILLED", err=True)
+        sys.exit(130)
     except Exception as exc:
         raise click.ClickException(f"the pipeline failed: {type(exc).__name__}: {exc}") from exc
     summary["wall_s"] = round(time.perf_counter() - started, 2)
     if as_json:
-        click.echo(json.dumps(summary, default=str))
+        click.echo(json.dumps(_rounded(summary), default=str))
         return
     _report(summary, uri)
 
 
+def _rounded(value: Any, digits: int = 4) -> Any:
+    """Floats rounded for people (``0.9655172413793104`` -> ``0.9655``), containers walked."""
+    if isinstance(value, float):
+        return round(value, digits)
+    if isinstance(value, dict):
+        return {k: _rounded(v, digits) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_rounded(v, digits) for v in value]
+    return value
+
+
+def _check_before_start(
+    inputs: tuple[str, ...], base_url: str | None, sandbox_url: str | None, uri: str
+) -> None:
+    """Inputs, URLs and the tracking URI checked before Prefect starts: a usage error with
+    one line per problem, in well under a second."""
+    from twinkle.preflight import check_inputs, check_tracking_uri, check_url
+
+    problems = check_inputs(inputs)
+    problems += [
+        p
+        for p in (
+            check_url(base_url, "--base-url"),
+            check_url(sandbox_url, "--sandbox-url"),
+            check_tracking_uri(uri),
+        )
+        if p
+    ]
+    if problems:
+        raise click.UsageError("\n".join(problems))
+
+
 @contextlib.contextmanager
-def _progress_bar(enabled: bool) -> Iterator[None]:
-    """A ``rich`` bar on stderr fed by the flow's stage progress (``flows.progress``)."""
-    if not enabled:
+def _interrupts_as_keyboard() -> Iterator[None]:
+    """SIGTERM (a terminal closed, ``kill``) interrupts like Ctrl-C, so the flow's guard ends
+    the MLflow run KILLED instead of leaving it RUNNING."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
         yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    before = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+@contextlib.contextmanager
+def _progress_bar(enabled: bool) -> Iterator[Any]:
+    """A ``rich`` bar on stderr; yields the ``callable(stage, done, total)`` the flow calls
+    with its stage progress (None when disabled)."""
+    if not enabled:
+        yield None
         return
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from flows.progress import StageProgress
 
     bars: dict[str, Any] = {}
     with Progress(
@@ -215,11 +368,7 @@ def _progress_bar(enabled: bool) -> Iterator[None]:
                 bars[stage] = progress.add_task(f"  {stage}", total=total)
             progress.update(bars[stage], completed=done, total=total)
 
-        StageProgress.listeners.append(show)
-        try:
-            yield
-        finally:
-            StageProgress.listeners.remove(show)
+        yield show
 
 
 def _report(s: dict, uri: str) -> None:
@@ -239,17 +388,23 @@ def _report(s: dict, uri: str) -> None:
         f"  PII step      {s['pii']}",
         f"  rollout       {s['trajectories']} trajectories with policy {s['policy']}, "
         f"{s['failed']} failed",
+        *([f"  warning       {s['warning']}"] if s.get("warning") else []),
         f"  stop reasons  {stops}",
         f"  mean reward   {mean_text}   pass rate {rate_text}",
         f"  traces        {s['traces_written']} written to MLflow (run {s['mlflow_run_id']})",
         *[f"  skipped       {k}: {v}" for k, v in s.get("skipped", {}).items()],
+        f"  reused        {', '.join(s['reused']) or 'nothing'} (from the cache; --fresh "
+        "recomputes)"
+        if s.get("reused")
+        else "  reused        nothing (every stage ran)",
         f"  outputs       {s['curated_path']}",
         f"                {s['dropped_path']}",
         f"                {s['scored_path']}",
-        f"  wall time     {s['wall_s']} s",
+        f"  wall time     {s['wall_s']:.1f} s",
         "",
         "Review it",
-        f"  mlflow ui --backend-store-uri {uri} --port 5000      # runs, metrics, plots, traces",
+        "  MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false mlflow server --workers 1 --port 5000 "
+        f"--backend-store-uri {uri}   # runs, metrics, plots, traces",
         "  prefect server start                                   "
         "# flow runs, task states, artifacts",
     ]

@@ -19,6 +19,12 @@ Output: ``dict(trajectory)`` plus ``messages``, ``turns`` (model calls made),
 stop reasons and the exact ``turn_log`` shape are documented in ``twinkle.rollout.base``.
 Outputs come back in input order and there is always one per input, whatever fails.
 
+Past one process: ``APIMultiTurnRollout.remote(...)`` builds it as a Ray actor (Ray is
+imported only then); give each actor a share of the batch and call
+``ray.get(actor.__call__.remote(share))``. A worker is bound by its client CPU per call
+(about 2 ms through the SDK, 0.1 ms with ``OpenAI(..., transport='lean')``), so throughput
+adds up per worker until the endpoint is the limit (``bench/rollout.py --parts scale``).
+
 Example:
     >>> from twinkle.protocol.replay import ReplayAPI
     >>> from twinkle.tools import ToolManager
@@ -45,6 +51,7 @@ from twinkle.rollout.base import (
     Rollout,
     blocking_call,
     check_batch,
+    endpoint_label,
     error_text,
     input_problem,
     invalid_output,
@@ -54,6 +61,7 @@ from twinkle.rollout.base import (
     tool_entry,
 )
 from twinkle.rollout.traces import write_traces
+from twinkle.utils.remote import remote_class
 
 T = TypeVar("T")
 
@@ -84,11 +92,13 @@ def assistant_message(reply: Any, turn: int) -> tuple[Message, str | None]:
     return message, reply.get("finish_reason")
 
 
+@remote_class()
 class APIMultiTurnRollout(Rollout):
     """Multi-turn tool-use rollouts over an ``API`` (e.g. ``OpenAI``), many in flight at once.
 
     Args:
-        api: the chat client (``twinkle.protocol.openai.OpenAI``, ``ReplayAPI``, or any ``API``).
+        api: the chat client (``twinkle.protocol.openai.OpenAI``, ``ReplayAPI``, or any ``API``);
+            with hundreds of calls in flight, ``OpenAI(..., transport='lean')``.
         tool_manager: one ``ToolManager`` for every trajectory, or a list aligned 1:1 with
             the trajectories (e.g. one env per trajectory); may instead be given per call.
         sampling_params: default sampling parameters (``num_samples`` must be 1).
@@ -272,9 +282,26 @@ class APIMultiTurnRollout(Rollout):
         self, request: dict[str, Any], sp: SamplingParams, body: dict[str, Any]
     ) -> Any:
         call = self.api.acomplete(request, sp, **({"extra_body": body} if body else {}))
-        if self.request_timeout_s is None:
-            return await call
-        return await asyncio.wait_for(call, self.request_timeout_s)
+        try:
+            if self.request_timeout_s is None:
+                return await call
+            # asyncio.timeout, not wait_for: wait_for (3.11) runs the call in a task of its
+            # own, an extra loop step per call between reply and next request.
+            async with asyncio.timeout(self.request_timeout_s):
+                return await call
+        except TimeoutError as exc:
+            # asyncio's TimeoutError has no message: say what did not answer, and for how long.
+            where = endpoint_label(getattr(self.api, "base_url", None)) or type(self.api).__name__
+            raise TimeoutError(
+                f"no reply from {where} within request_timeout_s={self.request_timeout_s:g} s"
+            ) from exc
+        except Exception as exc:
+            # The SDK's "APIConnectionError: Connection error." names no endpoint: add it.
+            where = endpoint_label(getattr(self.api, "base_url", None))
+            message = getattr(exc, "message", None)
+            if where and isinstance(message, str) and where not in message:
+                exc.message = f"{message} (endpoint {where})"
+            raise
 
     async def _run_tool(
         self, pool: concurrent.futures.Executor, manager: Any, call: dict[str, Any]
@@ -290,7 +317,8 @@ class APIMultiTurnRollout(Rollout):
         try:
             if self.tool_timeout_s is None:
                 return str(await future)
-            return str(await asyncio.wait_for(future, self.tool_timeout_s))
+            async with asyncio.timeout(self.tool_timeout_s):
+                return str(await future)
         except TimeoutError:
             return f"Error: tool {name!r} timed out after {self.tool_timeout_s} s"
         except Exception as exc:

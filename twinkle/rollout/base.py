@@ -155,6 +155,27 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def endpoint_label(url: str | None) -> str:
+    """``url`` fit for a message or a log: a password in it replaced by ``***``.
+
+    Example:
+        >>> endpoint_label('http://user:secret@host:8000/v1')
+        'http://user:***@host:8000/v1'
+    """
+    if not url:
+        return ""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable URL>"
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username}:***@{parts.netloc.rsplit('@', 1)[1]}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def llm_entry(turn: int, start_ns: int, started: float, **fields: Any) -> dict[str, Any]:
     """A ``turn_log`` entry for one model call (see the module docstring)."""
     entry = {

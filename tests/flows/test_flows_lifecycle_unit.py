@@ -1,0 +1,76 @@
+"""flows.lifecycle without services: the MLflow run's end state, the run folder and its
+``latest`` pointer, links to MLflow."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from flows.lifecycle import mlflow_run_url, point_latest, run_folder, run_guard
+
+
+class _Client:
+    def __init__(self, running: list[str]) -> None:
+        self.running, self.ended = running, {}
+
+    def search_runs(self, experiments, filter_string, max_results):
+        if "#stage" in filter_string:
+            return [SimpleNamespace(info=SimpleNamespace(run_id=r)) for r in self.running]
+        return []
+
+    def set_terminated(self, run_id, status):
+        self.ended[run_id] = status
+
+
+class _Tracker:
+    experiment_id = "1"
+    tracking_uri = "sqlite:////tmp/mlflow.db"
+
+    def __init__(self, running: list[str]) -> None:
+        self.client, self.tags, self.ends = _Client(running), {}, []
+
+    def set_tags(self, run_id, tags):
+        self.tags.update(tags)
+
+    def end_run(self, run_id, status="FINISHED"):
+        self.ends.append((run_id, status))
+
+
+def _ctx(running=()):
+    return SimpleNamespace(tracker=_Tracker(list(running)), run_id="parent", run_key="k")
+
+
+def test_an_error_ends_the_run_failed_and_an_interrupt_killed():
+    ctx = _ctx()
+    with pytest.raises(ValueError), run_guard(ctx):
+        raise ValueError("boom")
+    assert ctx.tracker.ends == [("parent", "FAILED")]
+    assert ctx.tracker.tags["twinkle.error"] == "ValueError: boom"
+    ctx = _ctx()
+    with pytest.raises(KeyboardInterrupt), run_guard(ctx):
+        raise KeyboardInterrupt
+    assert ctx.tracker.ends == [("parent", "KILLED")]
+
+
+def test_stale_stage_runs_of_the_key_are_closed_on_entry():
+    ctx = _ctx(running=["old-stage"])
+    with run_guard(ctx):
+        pass
+    assert ctx.tracker.client.ended == {"old-stage": "KILLED"} and ctx.tracker.ends == []
+
+
+def test_each_run_has_its_folder_and_latest_points_at_the_newest(tmp_path):
+    first, second = run_folder(tmp_path, "run-a"), run_folder(tmp_path, "run-b")
+    point_latest(tmp_path, first)
+    point_latest(tmp_path, second)
+    assert (tmp_path / "latest").resolve() == second.resolve()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "run-a", "run-b"]
+
+
+def test_mlflow_run_urls():
+    assert (
+        mlflow_run_url("http://mlflow:5000/", "3", "r")
+        == "http://mlflow:5000/#/experiments/3/runs/r"
+    )
+    assert mlflow_run_url("sqlite:////x/mlflow.db", "3", "r").endswith("/#/experiments/3/runs/r")

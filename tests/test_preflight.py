@@ -1,0 +1,51 @@
+"""twinkle.preflight: what a run needs, checked before work, one line per problem."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.net import free_port
+from twinkle.preflight import (
+    PreflightError,
+    check_inputs,
+    check_tracking_uri,
+    check_url,
+    probe,
+)
+
+
+def test_inputs_missing_or_empty_folders_are_named(tmp_path):
+    good = tmp_path / "rows.jsonl"
+    good.write_text("{}\n")
+    (tmp_path / "empty").mkdir()
+    problems = check_inputs([str(good), str(tmp_path / "nope.jsonl"), str(tmp_path / "empty")])
+    assert len(problems) == 2
+    assert "nope.jsonl does not exist" in problems[0] and "without" in problems[1]
+
+
+def test_urls_need_a_scheme_and_a_host_and_passwords_stay_out_of_messages():
+    assert check_url("http://127.0.0.1:8000/v1", "x") is None
+    assert "not an http(s) URL" in check_url("localhost:8000", "--base-url")
+    bad = check_url("http://u:secret@h:port/v1", "--base-url")
+    assert "malformed" in bad and "secret" not in bad
+
+
+def test_tracking_uris(tmp_path):
+    assert check_tracking_uri(f"sqlite:///{tmp_path}/new/mlflow.db") is None
+    assert "folder" in check_tracking_uri(f"sqlite:///{tmp_path}")
+    assert "unknown scheme" in check_tracking_uri("mlfow://x")
+    dead = check_tracking_uri(f"http://127.0.0.1:{free_port()}")
+    assert "unreachable" in dead and "--tracking-uri" in dead
+
+
+def test_probe_names_the_url_and_its_status(chat_server):
+    assert probe(chat_server.base_url + "/models", "policy endpoint") is None
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    assert probe(url, "policy endpoint").startswith(f"policy endpoint {url}: unreachable")
+
+
+def test_preflight_error_joins_its_lines():
+    err = PreflightError(["a", "b"])
+    assert str(err) == "a; b" and err.problems == ["a", "b"] and isinstance(err, ValueError)
+    with pytest.raises(PreflightError):
+        raise err
