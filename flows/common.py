@@ -44,13 +44,16 @@ def files_fingerprint(paths: Iterable[str]) -> str:
     """Hash of the paths and the bytes of each file (a changed file changes every later stage)."""
     h = hashlib.sha256()
     for path in paths:
-        h.update(os.path.abspath(path).encode())
-        try:
-            with open(path, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    h.update(chunk)
-        except OSError as exc:
-            h.update(f"unreadable:{type(exc).__name__}".encode())
+        # A folder (a ``save_to_disk`` dataset) stands for every file under it.
+        files = sorted(str(p) for p in Path(path).rglob("*") if p.is_file())
+        for file in files if os.path.isdir(path) else [path]:
+            h.update(os.path.abspath(file).encode())
+            try:
+                with open(file, "rb") as f:
+                    for chunk in iter(lambda f=f: f.read(1 << 20), b""):
+                        h.update(chunk)
+            except OSError as exc:
+                h.update(f"unreadable:{type(exc).__name__}".encode())
     return h.hexdigest()[:20]
 
 
@@ -89,20 +92,27 @@ def remember_rows(path: str, rows: list[Any]) -> None:
             _MEMO.popitem(last=False)
 
 
-def read_rows_cached(paths: list[str]) -> list[Any]:
-    """Rows of ``paths`` (``twinkle.io``), from memory when this process wrote or read them last."""
+def read_rows_cached(paths: list[str], input_format: str | None = None) -> list[Any]:
+    """Rows of ``paths`` (``twinkle.io``), from memory when this process wrote or read them last.
+
+    ``input_format``: a named row format (``twinkle.io_formats``) every row must be in; None
+    or ``"auto"`` converts rows in a known format and passes others on, so the filters drop
+    them with a ``malformed_*`` reason instead of the read failing.
+    """
     from twinkle.io import read_rows_list
 
+    fmt = None if input_format in (None, "auto") else input_format
     rows: list[Any] = []
     for path in paths:
         key, stat = os.path.abspath(path), _stat(path)
         with _MEMO_LOCK:
-            hit = _MEMO.get(key)
+            hit = _MEMO.get(key) if fmt is None else None
         if hit is not None and hit[0] == stat:
             rows.extend(hit[1])
             continue
-        part = read_rows_list([path])
-        remember_rows(path, part)
+        part = read_rows_list([path], fmt)
+        if fmt is None:
+            remember_rows(path, part)
         rows.extend(part)
     return rows
 

@@ -54,6 +54,7 @@ from flows.lifecycle import (
 from flows.params import CurationParams, RunParams, TrackingParams
 from flows.tracking import finish_tracking, log_curation, start_tracking
 from twinkle.errors import MissingExtraError
+from twinkle.io_formats import expand_sources
 
 
 def _dropped_log(path: str) -> str:
@@ -66,7 +67,9 @@ def _dropped_log(path: str) -> str:
 
 
 @task(name="dedup-rows", task_run_name="dedup-rows", cache_key_fn=stage_key)
-def dedup_rows(inputs: list[str], names: list[str], fp: str, out: str) -> dict[str, Any]:
+def dedup_rows(
+    inputs: list[str], names: list[str], fp: str, out: str, input_format: str = "auto"
+) -> dict[str, Any]:
     """Global dedup steps over the input files (they need every row at once).
 
     Writes the positions of the kept rows (a small JSON list), not the rows: the next
@@ -74,7 +77,7 @@ def dedup_rows(inputs: list[str], names: list[str], fp: str, out: str) -> dict[s
     """
     from twinkle.preprocessor.chain import build_pipeline, curate_rows
 
-    rows = read_rows_cached(inputs)
+    rows = read_rows_cached(inputs, input_format)
     keep, log, steps = list(range(len(rows))), None, []
     if names:
         log = _dropped_log(work_path(out, "dedup", fp, ".dropped.jsonl"))
@@ -110,11 +113,12 @@ def run_filters(
     names: list[str],
     fp: str,
     out: str,
+    input_format: str = "auto",
 ) -> dict[str, Any]:
     """The per-batch quality filters over rows ``[start, end)`` of the deduplicated rows."""
     from twinkle.preprocessor.chain import build_pipeline, curate_rows
 
-    rows = read_rows_cached(inputs)
+    rows = read_rows_cached(inputs, input_format)
     keep = json.loads(Path(kept_path).read_text())[start:end]
     log = _dropped_log(work_path(out, "filters", fp, ".dropped.jsonl"))
     kept, stats = curate_rows([rows[i] for i in keep], build_pipeline(names), dropped_log_path=log)
@@ -201,6 +205,7 @@ def merge_steps(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
                 st["rows_out"],
                 st.get("dropped") or {},
                 st.get("seconds", 0.0),
+                st.get("tags"),
             )
         total.merge(shard)
     return total.as_dict()["steps"]
@@ -222,16 +227,20 @@ def run_curation(
     dest = dest or out
     o, refresh = str(out), run.refresh_cache
     dedup_names = (["dedup"] if params.dedup else []) + (["neardedup"] if params.near_dedup else [])
-    source = files_fingerprint(params.inputs)
-    fp = fingerprint("dedup", source, dedup_names)
+    # Folders and globs resolve to their files here, so every stage and the cache key see
+    # the same list; a save_to_disk folder stays one source.
+    inputs = [str(p) for p in expand_sources(params.inputs)]
+    fmt = params.input_format
+    source = files_fingerprint(inputs)
+    fp = fingerprint("dedup", source, dedup_names, *([] if fmt == "auto" else [fmt]))
     deduped = stage_task(dedup_rows, out, refresh, work_path(o, "dedup", fp, ".json"))(
-        params.inputs, dedup_names, fp, o
+        inputs, dedup_names, fp, o, fmt
     )
     ranges = spans(deduped["rows"], params.shard_size if run.ray_address else None)
     fps = [fingerprint("filters", fp, a, b, params.filters) for a, b in ranges]
     futures = [
         stage_task(run_filters, out, refresh, work_path(o, "filters", fps[k])).submit(
-            params.inputs, deduped["path"], a, b, k, params.filters, fps[k], o
+            inputs, deduped["path"], a, b, k, params.filters, fps[k], o, fmt
         )
         for k, (a, b) in enumerate(ranges)
     ]
@@ -304,6 +313,12 @@ def publish_curation(result: dict[str, Any], ctx: Any = None) -> None:
                 f"- rows in: **{result['rows_in']}**, rows out: **{result['rows_out']}**, "
                 f"dropped: **{result['dropped']}**",
                 f"- PII step: {result['pii']}",
+                *[
+                    f"- {st['step']} tags: "
+                    + ", ".join(f"{t}={n}" for t, n in sorted(st["tags"].items()))
+                    for st in result["steps"]
+                    if st.get("tags")
+                ],
                 f"- curated data: `{result['curated_path']}`",
                 f"- dropped log: `{result['dropped_path']}`",
             ]

@@ -90,8 +90,18 @@ def _quiet() -> None:
     "--input",
     "inputs",
     multiple=True,
-    type=click.Path(dir_okay=False),
-    help="Conversation files (JSONL/Parquet); default: the bundled examples/conversations.jsonl.",
+    type=click.Path(),
+    help="Conversation files, folders or globs (JSON/JSONL/Parquet, save_to_disk folders); "
+    "default: the bundled examples/conversations.jsonl.",
+)
+@click.option(
+    "--format",
+    "input_format",
+    default="auto",
+    show_default=True,
+    type=click.Choice(["auto", "openai", "sharegpt", "alpaca", "glaive"]),
+    help="Row format of --input: OpenAI messages, ShareGPT conversations, Alpaca "
+    "instruction/output, raw glaive system/chat; auto converts each row it recognises.",
 )
 @click.option(
     "--tasks",
@@ -185,6 +195,7 @@ def _quiet() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON only.")
 def run(
     inputs,
+    input_format,
     tasks,
     envs_file,
     limit,
@@ -250,7 +261,8 @@ def run(
             )
     _quiet()
     curation = CurationParams(
-        **({"inputs": [str(Path(p).resolve()) for p in inputs]} if inputs else {})
+        input_format=input_format,
+        **({"inputs": [str(Path(p).resolve()) for p in inputs]} if inputs else {}),
     )
     # Named tasks; with a model but no names, every bundled task environment; without a model, none.
     task_kw = {"tasks": list(tasks)} if tasks else ({} if base_url else {"tasks": []})
