@@ -3,6 +3,8 @@
 Measures, in one process:
   * sandbox create latency (``Sandbox.create``), p50/p99; target p50 < 20 ms;
   * ``python -c "print(1+1)"`` through ``commands.run``, p50/p99; target p50 < 30 ms;
+  * the same as the first command of a fresh sandbox (its init, cgroups and tmpfs mounts
+    new); target p50 within 1.5x of the bare bubblewrap baseline below;
   * baselines for the same command: a plain ``subprocess.run`` and a bare bubblewrap spawn
     per command with the sandbox's own mounts and namespaces (no HTTP, no SDK; what the
     server did per command before each sandbox got one long-lived init), so the overhead
@@ -58,6 +60,22 @@ def timed(fn, n: int) -> list[float]:
     return out
 
 
+def bare_bwrap(argv: list[str], env: dict[str, str], kwargs: dict) -> None:
+    """Run bubblewrap's argv once, opening its ``{file:PATH}`` arguments as the server does."""
+    fds = []
+    args = []
+    for arg in argv:
+        if arg.startswith("{file:"):
+            fds.append(os.open(arg[6:-1], os.O_RDONLY))
+            arg = str(fds[-1])
+        args.append(arg)
+    try:
+        subprocess.run(args, capture_output=True, check=True, env=env, pass_fds=fds, **kwargs)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small run for development")
@@ -77,6 +95,12 @@ def main() -> None:
         created: list = []
         create = timed(lambda: created.append(Sandbox.create(timeout=600, **kw)), n)
         kill = timed(lambda: created.pop().kill(), n)
+        # The first command of a fresh sandbox: its init, cgroups and tmpfs mounts are new.
+        first = []
+        for _ in range(n):
+            box = Sandbox.create(timeout=600, **kw)
+            first += timed(lambda box=box: box.commands.run(COMMAND), 1)
+            box.kill()
         run_true = timed(lambda: warm.commands.run("true"), n)
         files = timed(
             lambda: (
@@ -105,16 +129,7 @@ def main() -> None:
                 1,
             )
             if srv.isolated:
-                bwrap += timed(
-                    lambda: subprocess.run(
-                        argv,
-                        capture_output=True,
-                        check=True,
-                        env=env,
-                        **srv.isolation.spawn_kwargs(),
-                    ),
-                    1,
-                )
+                bwrap += timed(lambda: bare_bwrap(argv, env, srv.isolation.spawn_kwargs()), 1)
 
         # Many sandboxes alive at once, each running a command.
         async def fleet() -> dict:
@@ -153,6 +168,7 @@ def main() -> None:
         concurrency = asyncio.run(fleet())
         warm.kill()
         isolated = srv.isolated
+        limits = srv.limits()
 
     # The same through `twinkle sandbox serve` in its own process, as deployed: no GIL shared
     # between the SDK client and the server.
@@ -185,6 +201,7 @@ def main() -> None:
         "create": summary(create),
         "kill": summary(kill),
         "command_python": summary(run),
+        "first_command_python": summary(first),
         "command_true": summary(run_true),
         "files_write_read_1k": summary(files),
         "baseline_plain_subprocess": summary(plain),
@@ -193,11 +210,17 @@ def main() -> None:
         "overhead_vs_bwrap": round(statistics.median(run) / statistics.median(bwrap), 2)
         if bwrap
         else None,
+        "first_command_vs_bwrap": round(statistics.median(first) / statistics.median(bwrap), 2)
+        if bwrap
+        else None,
+        "limits": limits,
         "concurrency": concurrency,
         "server_in_own_process": served,
         "targets": {
             "create_p50_under_20ms": pct(create, 0.5) < 20,
             "python_command_p50_under_30ms": pct(run, 0.5) < 30,
+            "first_command_p50_within_1.5x_bwrap": bool(bwrap)
+            and statistics.median(first) <= 1.5 * statistics.median(bwrap),
             f"{concurrent}_alive_no_failure": concurrency["alive_at_once"] == concurrent
             and concurrency["create_failures"] == 0
             and concurrency["command_failures"] == 0,

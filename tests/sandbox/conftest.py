@@ -19,6 +19,8 @@ def templates() -> TemplateRegistry:
         templates={
             "net": Template(name="net", network=True),
             "small": Template(name="small", memory_mb=256, cpu_seconds=2, max_processes=48),
+            # More memory than disk: filling a disk ends with ENOSPC, not the OOM killer.
+            "little-disk": Template(name="little-disk", memory_mb=512, disk_mb=64),
             "with-env": Template(
                 name="with-env",
                 env={"TEMPLATE_VAR": "from-template"},
@@ -55,6 +57,12 @@ def sandbox_pids(sandbox_id: str) -> list[int]:
         if marker in env.split(b"\0"):
             pids.append(int(entry.name))
     return pids
+
+
+def host_view(server: SandboxServer, sandbox_id: str) -> Path:
+    """``/proc/<pid>`` of the sandbox's init on the host: its ``root`` is the sandbox's ``/``."""
+    pid, _ = server.manager.sandboxes[sandbox_id].spawner.root_process()
+    return Path(f"/proc/{pid}")
 
 
 def wait_until(predicate, timeout: float = 10.0) -> bool:

@@ -67,9 +67,13 @@ def test_background_server_is_reachable_from_the_next_command_only_in_its_sandbo
 def test_processes_of_earlier_commands_are_visible_and_signalable(pair):
     a, b = pair
     handle = a.commands.run("exec sleep 1234", background=True)
-    listing = a.commands.run(LIST_PROCESSES).stdout
-    pids = {line.split(" ", 1)[0] for line in listing.splitlines() if "sleep 1234" in line}
-    assert pids == {str(handle.pid)}  # the PID the SDK reports is the one inside the sandbox
+
+    def sleeping() -> set[str]:
+        listing = a.commands.run(LIST_PROCESSES).stdout
+        return {line.split(" ", 1)[0] for line in listing.splitlines() if "sleep 1234" in line}
+
+    assert wait_until(lambda: sleeping() != set())  # its bash execs sleep a moment later
+    assert sleeping() == {str(handle.pid)}  # the PID the SDK reports is the one inside the sandbox
     assert "sleep 1234" not in b.commands.run(LIST_PROCESSES).stdout
     # A later command can signal it, as on one machine; the first command then ends.
     a.commands.run(f"kill -TERM {handle.pid}")

@@ -71,11 +71,14 @@ def test_cli_serves_and_cleans_up_on_sigterm(root_dir):
         assert httpx.get(url + "/health").status_code == 401
         sbx = Sandbox.create(api_url=url, sandbox_url=url, api_key=KEY)
         assert sbx.commands.run("echo cli").stdout == "cli\n"
-        assert (tmp_path / sbx.sandbox_id).is_dir()
+        sbx.commands.run("sleep 600", background=True)
+        assert wait_until(lambda: sandbox_pids(sbx.sandbox_id) != [])
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=20)
-    assert not (tmp_path / sbx.sandbox_id).exists()  # shutdown killed and removed the sandbox
+    # Shutdown killed the sandbox (its files were in its own tmpfs) and removed the folder.
+    assert wait_until(lambda: sandbox_pids(sbx.sandbox_id) == [], timeout=5)
+    assert not (tmp_path / sbx.sandbox_id).exists()
 
 
 @pytest.mark.slow

@@ -52,6 +52,12 @@ def sandbox() -> None:
     default=None,
     help="Shut down (cleaning up) once this process is no longer the server's parent.",
 )
+@click.option(
+    "--require-limits",
+    is_flag=True,
+    help="Refuse to start unless every per-sandbox limit (memory, pids, CPU through cgroups; "
+    "disk; network isolation) is enforced on this host.",
+)
 def serve(
     port: int,
     host: str,
@@ -61,6 +67,7 @@ def serve(
     root: str | None,
     output_window_mb: float,
     parent_pid: int | None,
+    require_limits: bool,
 ) -> None:
     """Serve E2B's API on HOST:PORT until interrupted; prints the URL once it accepts connections.
 
@@ -81,6 +88,7 @@ def serve(
             root=root,
             output_window_mb=output_window_mb,
             parent_pid=parent_pid,
+            require_limits=require_limits,
         ).start()
     except (IsolationError, ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
@@ -92,6 +100,8 @@ def serve(
         f"templates: {', '.join(sorted(server.templates.templates))}",
         err=True,
     )
+    for name, how in server.limits().items():
+        click.echo(f"  {name} limit: {how}", err=True)
     click.echo(server.url)
     try:
         server.serve_forever()

@@ -5,10 +5,12 @@ E2B or AgentENV: it serves E2B's control plane (create, connect, set timeout, ki
 info) and the in-sandbox daemon's protocol (process start with streamed output, stdin,
 signals; file read, write, list, stat, make-dir, move, remove) on one loopback port. Each
 sandbox is one bubblewrap instance with a read-only host root, its private writable
-``/home/user`` and ``/tmp``, its own PID/user/mount/IPC/UTS/network namespaces (no network
-unless the template allows it), per-process memory and CPU-time limits and a process-count
-limit for the whole sandbox. A small init inside it (:mod:`twinkle.sandbox.spawner`) starts
-every command, so the commands of one sandbox share one OS as on E2B: a server started with
+``/home/user``, ``/tmp`` and ``/dev/shm`` (size-limited tmpfs mounts), its own
+PID/user/mount/IPC/UTS/network namespaces (no network unless the template allows it, then
+user-mode networking through slirp4netns, :mod:`twinkle.sandbox.network`), and cgroups that
+limit its memory, processes and CPUs as a whole (:mod:`twinkle.sandbox.cgroups`). A small
+init inside it (:mod:`twinkle.sandbox.spawner`) starts every command, so the commands of one
+sandbox share one OS as on E2B: a server started with
 ``background=True`` by one command is reachable on ``127.0.0.1`` from the next, and ``ps``
 sees earlier commands' processes. Killing a sandbox (or its timeout, or server shutdown)
 kills its init, and the kernel then kills everything left in its PID namespace.
@@ -16,9 +18,9 @@ kills its init, and the kernel then kills everything left in its PID namespace.
 The server protects itself: a command's unread output is held up to a window (8 MiB by
 default; past it the command blocks until its client reads, see
 :mod:`twinkle.sandbox.processes`), and request values outside the ranges documented in
-:mod:`twinkle.sandbox.validation` (timeouts up to 24 h, body sizes) answer 400. Deleting a
-killed sandbox's files happens on a background thread. The file API resolves nothing on the
-host outside a sandbox's own ``/home/user`` and ``/tmp``: other paths, and paths through
+:mod:`twinkle.sandbox.validation` (timeouts up to 24 h, body sizes) answer 400. A killed
+sandbox's files need no deleting: they live in its own tmpfs. The file API resolves nothing on
+the host outside a sandbox's own ``/home/user`` and ``/tmp``: other paths, and paths through
 symlinks, are handled inside the sandbox as its user (:mod:`twinkle.sandbox.files`). A server
 removes at start the folders of dead servers, and with ``parent_pid`` stops when its parent
 dies (:mod:`twinkle.sandbox.server`).

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import errno
 import json
 import signal
 import struct
@@ -33,7 +34,7 @@ from twinkle.sandbox.files import (
     in_sandbox_entries,
     normalize,
 )
-from twinkle.sandbox.processes import InitError, Process
+from twinkle.sandbox.processes import CommandRefused, InitError, Process
 from twinkle.sandbox.sandbox import Sandbox, SandboxManager
 from twinkle.sandbox.validation import (
     MAX_LIST_DEPTH,
@@ -136,6 +137,12 @@ class Envd:
         query: dict[str, str],
         sbx: Sandbox,
     ) -> None:
+        if path == "/files" or path.startswith("/filesystem.Filesystem/"):
+            try:  # the sandbox's files live in its own mounts: wait until its init is up
+                await sbx.files.ready()
+            except InitError as exc:
+                await send_json(send, 502, {"code": "unavailable", "message": str(exc)})
+                return
         if path == "/health":
             await _read_small(receive)
             await send_empty(send, 204)
@@ -186,6 +193,8 @@ class Envd:
             await send_json(send, 400, {"code": 400, "message": f"cannot read '{raw_path}': {exc}"})
         except PermissionError as exc:
             await send_json(send, 403, {"code": 403, "message": f"cannot read '{raw_path}': {exc}"})
+        except InitError as exc:  # the sandbox's init died meanwhile (its view with it)
+            await send_json(send, 502, {"code": 502, "message": f"cannot read: {exc}"})
         else:
             await send_raw(send, 200, data, b"application/octet-stream")
 
@@ -249,6 +258,11 @@ class Envd:
             await send_json(send, 400, {"code": 400, "message": f"cannot write: {exc}"})
         except PermissionError as exc:
             await send_json(send, 403, {"code": 403, "message": f"cannot write: {exc}"})
+        except InitError as exc:  # the sandbox's init died meanwhile (its view with it)
+            await send_json(send, 502, {"code": 502, "message": f"cannot write: {exc}"})
+        except OSError as exc:  # ENOSPC: the sandbox's disk (its tmpfs size) is full
+            status = 507 if exc.errno in (errno.ENOSPC, errno.EDQUOT) else 500
+            await send_json(send, status, {"code": status, "message": f"cannot write: {exc}"})
         else:
             await send_json(send, 200, written)
 
@@ -401,9 +415,10 @@ class Envd:
             if isinstance(exc, RpcError):
                 error = exc
             else:
-                error = RpcError(
-                    "unavailable" if isinstance(exc, InitError) else "invalid_argument", str(exc)
-                )
+                code = "unavailable" if isinstance(exc, InitError) else "invalid_argument"
+                if isinstance(exc, CommandRefused):  # the sandbox is up, at its process limit
+                    code = "failed_precondition"
+                error = RpcError(code, str(exc))
             await end_stream(send, {"error": {"code": error.code, "message": error.message}})
             return
         deadline = time.monotonic() + timeout if timeout is not None else None

@@ -4,9 +4,10 @@ The server runs as a more privileged user than its sandboxes, so a path a sandbo
 must never be resolved by the host: ``/home/user/x -> /etc/shadow`` would otherwise let the
 files API read or overwrite host files. Every walk opens one component at a time relative to
 the previous directory's file descriptor with ``O_NOFOLLOW`` (plain ``os`` calls with
-``dir_fd``), starting from the sandbox's own directory. A path that meets a symlink raises
-:class:`ThroughSymlink`; the caller then does the operation inside the sandbox instead, where
-the link resolves in the sandbox's own view and with its own rights.
+``dir_fd``), starting from the sandbox's own ``/home/user`` or ``/tmp``: size-limited tmpfs
+mounts in the sandbox's mount namespace, reached through ``/proc/<init>/root``. A path that
+meets a symlink raises :class:`ThroughSymlink`; the caller then does the operation inside the
+sandbox instead, where the link resolves in the sandbox's own view and with its own rights.
 
 Paths outside ``/home/user`` and ``/tmp`` (``/proc/self/root/...``, ``/etc``, anything the
 sandbox sees read-only) are never touched on the host: they raise :class:`OutsideSandbox`,
@@ -19,10 +20,13 @@ block the server).
 
 from __future__ import annotations
 
+import ctypes
 import errno
+import functools
 import json
 import os
 import posixpath
+import select
 import shutil
 import stat as stat_mod
 from collections.abc import Iterator
@@ -33,8 +37,11 @@ from typing import Any
 
 from twinkle.errors import SandboxError
 from twinkle.sandbox.isolation import SANDBOX_HOME, SANDBOX_TMP
+from twinkle.sandbox.processes import InitError, Spawner
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: Where ``home`` and ``tmp`` are below an isolated sandbox's root.
+_MOUNTS = {"home": SANDBOX_HOME.strip("/").split("/"), "tmp": SANDBOX_TMP.strip("/").split("/")}
 #: Stat or list a path inside the sandbox: ``python3 -I -S -c SCRIPT stat|list PATH DEPTH``.
 #: Prints a JSON list of ``[path, mode, size, mtime, symlink target or null]``, or on failure
 #: the errno name and message on stderr (exit status 3). Runs on the template's python3.
@@ -75,6 +82,11 @@ _ERRNO_EXCEPTIONS: dict[str, type[OSError]] = {
     "EPERM": PermissionError,
     "ELOOP": FileNotFoundError,
 }
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
 
 
 class ThroughSymlink(SandboxError):
@@ -149,8 +161,14 @@ class SandboxFiles:
     """File operations confined to one sandbox's ``home`` and ``tmp`` directories.
 
     Args:
-        sandbox_dir: the sandbox's host directory (holding ``home`` and ``tmp``).
+        sandbox_dir: the sandbox's host directory (holding ``home`` and ``tmp``), where the
+            sandbox's ``/home/user`` and ``/tmp`` are host folders (unisolated mode).
         owner: host uid and gid given to everything the API creates.
+        init: isolated sandboxes, whose ``/home/user`` and ``/tmp`` are tmpfs mounts inside
+            their own mount namespace: the sandbox's :class:`Spawner`, which gives the host PID
+            and a pidfd of its init once it has booted. Walks then start at
+            ``/proc/<pid>/root``, the sandbox's own root, and are refused if the init is gone
+            meanwhile (its PID may name another process by then).
 
     Example:
         >>> import tempfile
@@ -160,26 +178,81 @@ class SandboxFiles:
         b'hi'
     """
 
-    def __init__(self, sandbox_dir: Path, owner: tuple[int, int]) -> None:
+    def __init__(
+        self,
+        sandbox_dir: Path,
+        owner: tuple[int, int],
+        init: Spawner | None = None,
+    ) -> None:
         self.sandbox_dir = sandbox_dir
         self.owner = owner
+        self._init = init
+
+    async def ready(self) -> None:
+        """Wait until the sandbox's files can be reached (its init has booted)."""
+        if self._init is not None:
+            await self._init.wait_ready()
+
+    def _open_base(self, sub: str) -> int:
+        """An fd of the sandbox's ``home`` (``/home/user``) or ``tmp`` directory."""
+        if self._init is None:
+            return os.open(self.sandbox_dir / sub, _DIR_FLAGS)
+        pid, pidfd = self._init.root_process()
+        # The magic link is followed (it is the sandbox's root); nothing below it is.
+        fd = os.open(f"/proc/{pid}/root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for name in _MOUNTS[sub]:
+                nxt = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = nxt
+            if select.select([pidfd], [], [], 0)[0]:  # exited: the PID may be another's now
+                raise InitError("the sandbox's init is gone")
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     # -- path handling -------------------------------------------------------------------
-    def _split(self, path: str) -> tuple[Path, list[str]]:
-        """The writable base directory holding ``path`` and the components below it."""
+    def _split(self, path: str) -> tuple[str, list[str]]:
+        """The writable base directory (``home``/``tmp``) of ``path``, the components below."""
         for prefix, sub in ((SANDBOX_HOME, "home"), (SANDBOX_TMP, "tmp")):
             if path == prefix or path.startswith(prefix + "/"):
                 rest = path[len(prefix) :].strip("/")
-                return self.sandbox_dir / sub, [c for c in rest.split("/") if c]
+                return sub, [c for c in rest.split("/") if c]
         raise OutsideSandbox(path)
+
+    @contextmanager
+    def _as_owner(self) -> Iterator[None]:
+        """Act with the sandbox user's file-system ids (root server, isolated sandbox only).
+
+        Its tmpfs belongs to its user namespace, where root's uid does not exist (creating a
+        file as root fails with EOVERFLOW), and permissions are then checked as the sandbox
+        user's. ``setfsuid`` changes only the calling thread, and nothing awaits meanwhile.
+        """
+        if self._init is None or os.geteuid() != 0 or self.owner[0] == 0:
+            yield
+            return
+        libc = _libc()
+        old_gid = libc.setfsgid(self.owner[1])
+        old_uid = libc.setfsuid(self.owner[0])
+        try:
+            yield
+        finally:
+            libc.setfsuid(old_uid)
+            libc.setfsgid(old_gid)
 
     @contextmanager
     def _parent(self, path: str, create: bool = False) -> Iterator[tuple[int, str]]:
         """An fd of ``path``'s parent directory (walked without following links), the last name."""
+        with self._as_owner(), self._walk_parent(path, create) as found:
+            yield found
+
+    @contextmanager
+    def _walk_parent(self, path: str, create: bool) -> Iterator[tuple[int, str]]:
         base, parts = self._split(path)
         if not parts:
             raise PermissionError(f"{path}: cannot replace a sandbox mount point")
-        fd = os.open(base, _DIR_FLAGS)
+        fd = self._open_base(base)
         try:
             for name in parts[:-1]:
                 try:
@@ -203,7 +276,7 @@ class SandboxFiles:
     def _dir(self, path: str) -> Iterator[int]:
         base, parts = self._split(path)
         if not parts:
-            fd = os.open(base, _DIR_FLAGS)
+            fd = self._open_base(base)
             try:
                 yield fd
             finally:
@@ -270,7 +343,11 @@ class SandboxFiles:
         """The entry of ``path``; ThroughSymlink or OutsideSandbox: stat it in the sandbox."""
         base, parts = self._split(path)
         if not parts:
-            return entry_info(path, os.stat(base))
+            fd = self._open_base(base)
+            try:
+                return entry_info(path, os.fstat(fd))
+            finally:
+                os.close(fd)
         with self._parent(path) as (pfd, name):
             st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
             target = os.readlink(name, dir_fd=pfd) if stat_mod.S_ISLNK(st.st_mode) else None

@@ -1,14 +1,16 @@
 """How a sandbox is isolated: under bubblewrap, or (opt-in only) as plain processes.
 
 bubblewrap (``bwrap``) gives each sandbox a read-only view of the host root, its own
-writable ``/home/user`` and ``/tmp``, fresh PID/IPC/UTS/mount/user namespaces and no network
-unless the template allows it. It runs unprivileged, so no daemon and no root filesystem copy
-are needed. One bubblewrap process per sandbox runs the sandbox's init
-(:mod:`twinkle.sandbox.spawner`), which starts every command of the sandbox inside those
-namespaces, so the sandbox behaves as one OS. Limits are resource limits the init sets on
-each command inside the new user namespace, where the sandbox cannot raise them again; there
-the process limit counts only that sandbox's processes (Linux 5.14+), so one sandbox's fork
-bomb cannot starve another.
+writable ``/home/user``, ``/tmp`` and ``/dev/shm`` (tmpfs mounts of the template's disk size,
+in the sandbox's own mount namespace), fresh PID/IPC/UTS/mount/user/network namespaces, and
+with network a ``tap0`` from slirp4netns (:mod:`twinkle.sandbox.network`). It runs
+unprivileged, so no daemon and no root filesystem copy are needed. One bubblewrap process per
+sandbox runs the sandbox's init (:mod:`twinkle.sandbox.spawner`), which starts every command
+of the sandbox inside those namespaces, so the sandbox behaves as one OS. The whole sandbox
+is limited by its cgroups (:mod:`twinkle.sandbox.cgroups`); each command also gets resource
+limits the init sets inside the new user namespace, where the sandbox cannot raise them
+again; there the process limit counts only that sandbox's processes (Linux 5.14+), so one
+sandbox's fork bomb cannot starve another where the host has no pids cgroup.
 
 The host uid the sandbox runs as must not be root: the kernel exempts root from the
 process limit. A server started as root therefore runs its sandboxes as ``nobody``.
@@ -55,6 +57,13 @@ if [ -d /etc/profile.d ]; then
   unset i
 fi
 """
+
+
+# The sandbox user's ~/.profile: E2B's PATH, with ~/.local/bin first (pip --user, the `python`
+# link below on hosts with python3 only).
+HOME_PROFILE = (
+    'export PATH="$HOME/.local/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"\n'
+)
 
 
 class IsolationError(SandboxError, RuntimeError):
@@ -116,6 +125,9 @@ class Isolation:
             opt-in only: the command sees and can write the whole host as the server user).
         server_root: the directory holding every sandbox (hidden inside sandboxes).
         drop_privileges: a root server runs sandboxes as ``nobody`` (see ``find_bwrap``).
+        slirp4netns: path of ``slirp4netns``: sandboxes with network get their own network
+            namespace with user-mode networking (:mod:`twinkle.sandbox.network`). Without it
+            they share the server's network namespace, loopback included.
 
     Example:
         >>> iso = Isolation(bwrap=None, server_root=Path('/tmp/x'))
@@ -128,6 +140,7 @@ class Isolation:
     bwrap: str | None
     server_root: Path
     drop_privileges: bool = False
+    slirp4netns: str | None = None
 
     def spawn_kwargs(self) -> dict[str, object]:
         """``subprocess`` keyword arguments that start commands as the sandbox's host user."""
@@ -175,19 +188,36 @@ class Isolation:
             )
         out = [self.bwrap, "--ro-bind", template.root, "/", "--dev", "/dev", "--proc", "/proc"]
         # Hide everything that is not this sandbox's: all sandboxes, other homes, root's home.
+        # Read-only once the sandbox's own mounts are made below them (as on E2B, where the
+        # user cannot write /home or /root): every writable path is sized and the sandbox's.
+        read_only = ["/dev"]
         for hidden in (str(self.server_root), "/home", "/root"):
             if Path(template.root, hidden.lstrip("/")).is_dir():
                 out += ["--tmpfs", hidden]
+                covered = (SANDBOX_TMP, "/home", "/root")
+                if not any(hidden.startswith(c + "/") for c in covered):
+                    read_only.append(hidden)
         profile = self.server_root / ".etc-profile"
         if template.root == "/" and profile.is_file():
             out += ["--ro-bind", str(profile), "/etc/profile"]
+        # The sandbox's own writable places: tmpfs mounts in its mount namespace, each sized
+        # by the template's disk and all charged to its memory cgroup; they vanish with it.
+        disk = str(template.disk_mb * 1024 * 1024)
+        for path, mode in ((SANDBOX_HOME, "0755"), (SANDBOX_TMP, "1777"), ("/dev/shm", "1777")):
+            out += ["--size", disk, "--perms", mode, "--tmpfs", path]
+        home_profile = self.server_root / ".home-profile"
+        if home_profile.is_file():  # Spawner.start opens {file:...} and passes its fd
+            out += ["--perms", "0644", "--file", f"{{file:{home_profile}}}", "/home/user/.profile"]
+        if not any(Path(template.root, d[1:], "python").exists() for d in _PYTHON_DIRS):
+            out += ["--dir", "/home/user/.local/bin"]  # python3 only: give it a `python`
+            out += ["--symlink", python, "/home/user/.local/bin/python"]
+        resolv = self.server_root / ".resolv-slirp"
+        slirp = network and self.slirp4netns is not None
+        if slirp and resolv.is_file() and Path(template.root, "etc/resolv.conf").exists():
+            out += ["--ro-bind", str(resolv), "/etc/resolv.conf"]
+        for path in read_only:
+            out += ["--remount-ro", path]
         out += [
-            "--bind",
-            str(sandbox_dir / "home"),
-            SANDBOX_HOME,
-            "--bind",
-            str(sandbox_dir / "tmp"),
-            SANDBOX_TMP,
             "--unshare-all",
             "--uid",
             str(SANDBOX_UID),
@@ -201,7 +231,7 @@ class Isolation:
             "--chdir",
             SANDBOX_HOME,
         ]
-        if network:
+        if network and not slirp:  # no slirp4netns: the host's network namespace, loopback too
             out.append("--share-net")
         return out + ["--", python, "-I", "-S", "-c", BOOTSTRAP, "{fd}"]
 

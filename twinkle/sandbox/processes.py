@@ -19,6 +19,7 @@ import contextlib
 import fcntl
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -46,6 +47,10 @@ START_TIMEOUT = 30.0
 
 class InitError(SandboxError, OSError):
     """The sandbox's init is gone or could not start a command."""
+
+
+class CommandRefused(InitError):
+    """The init is up but could not fork the command (the sandbox is at its process limit)."""
 
 
 @dataclass(eq=False)
@@ -111,6 +116,9 @@ class Spawner:
         isolated: whether the init has its own PID namespace; without one, killing the
             sandbox must kill each command's process group itself.
         output_window: the most unread output bytes held per command (``OUTPUT_WINDOW``).
+        on_boot: called with the init's host PID (bubblewrap's) right after it starts and
+            before the init may run anything (it waits for its program on the socket): puts
+            it in the sandbox's cgroups. If it raises, the init is killed and ``start`` fails.
 
     Example (inside a running event loop)::
 
@@ -126,8 +134,10 @@ class Spawner:
         spawn_kwargs: dict[str, Any],
         isolated: bool,
         output_window: int = OUTPUT_WINDOW,
+        on_boot: Callable[[int], None] | None = None,
     ) -> None:
         self.argv = argv
+        self.on_boot = on_boot
         self.spawn_kwargs = spawn_kwargs
         self.isolated = isolated
         self.output_window = max(int(output_window), _READ_CHUNK)
@@ -145,20 +155,29 @@ class Spawner:
         self.error: str | None = None  # why the init is gone, once it is
         #: Called once the init has ended and been reaped.
         self.on_exit: Callable[[], None] | None = None
+        #: Resolves to the init's host PID once it has booted (see ``wait_ready``).
+        self._ready: asyncio.Future[int] | None = None
+        self._ready_pidfd: int | None = None
 
     # -- the init ------------------------------------------------------------------------
     def start(self) -> None:
         """Start the init; returns at once (commands queue on the socket while it boots)."""
         self._loop = asyncio.get_running_loop()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        files: list[int] = []  # "{file:PATH}" arguments: PATH opened, its fd number passed
         try:
-            argv = [a.replace("{fd}", str(theirs.fileno())) for a in self.argv]
+            argv = []
+            for arg in self.argv:
+                if arg.startswith("{file:") and arg.endswith("}"):
+                    files.append(os.open(arg[6:-1], os.O_RDONLY | os.O_CLOEXEC))
+                    arg = str(files[-1])
+                argv.append(arg.replace("{fd}", str(theirs.fileno())))
             self._init = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
-                pass_fds=(theirs.fileno(),),
+                pass_fds=(theirs.fileno(), *files),
                 start_new_session=True,
                 env={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"},
                 **self.spawn_kwargs,
@@ -168,7 +187,20 @@ class Spawner:
             raise
         finally:
             theirs.close()
+            for fd in files:
+                os.close(fd)
+        if self.on_boot is not None:
+            try:
+                self.on_boot(self._init.pid)
+            except BaseException:
+                ours.close()
+                self._init.kill()
+                self._init.wait()
+                if self._init.stderr is not None:
+                    self._init.stderr.close()
+                raise
         self._sock = ours
+        self._ready = self._loop.create_future()
         ours.send(_SPAWNER_SOURCE)
         ours.setblocking(False)
         self._loop.add_reader(ours.fileno(), self._on_message)
@@ -179,6 +211,26 @@ class Spawner:
     @property
     def alive(self) -> bool:
         return self._sock is not None
+
+    @property
+    def exited(self) -> bool:
+        """The init has ended and been reaped (``on_exit`` has run or will not run again)."""
+        return self._init is not None and self._pidfd is None
+
+    async def wait_ready(self, timeout: float = START_TIMEOUT) -> int:
+        """The init's host PID, once it has booted; InitError if it ends or takes too long."""
+        assert self._ready is not None, "start() first"
+        try:
+            return await asyncio.wait_for(asyncio.shield(self._ready), timeout)
+        except TimeoutError as exc:
+            raise InitError(f"sandbox init did not boot in {timeout:g} s") from exc
+
+    def root_process(self) -> tuple[int, int]:
+        """The booted init's host PID and a pidfd of it (``/proc/<pid>/root`` is the sandbox's
+        root while the pidfd does not report an exit). InitError if it is gone or not booted."""
+        if self._ready is None or not self._ready.done() or self._ready_pidfd is None:
+            raise InitError(f"sandbox init is not running: {self.error or 'not booted yet'}")
+        return self._ready.result(), self._ready_pidfd
 
     def kill(self, reason: str = "the sandbox was killed") -> None:
         """Kill the init and with it every process of the sandbox; ends every open stream."""
@@ -230,6 +282,9 @@ class Spawner:
             if not future.done():
                 future.set_exception(InitError(f"sandbox init is gone: {self.error}"))
         self._pending.clear()
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_exception(InitError(f"sandbox init is gone: {self.error}"))
+            self._ready.exception()  # retrieved: no "never retrieved" warning if none waits
         for proc in list(self.processes.values()):
             self._finish(proc, -signal.SIGKILL)
         # The sandbox is gone: its unread output goes too (a client that never reads must not
@@ -247,6 +302,9 @@ class Spawner:
             self._loop.remove_reader(self._pidfd)
         os.close(self._pidfd)
         self._pidfd = None
+        if self._ready_pidfd is not None:
+            os.close(self._ready_pidfd)
+            self._ready_pidfd = None
         code = self._init.wait()
         detail = b""
         if self._init.stderr is not None:
@@ -281,10 +339,21 @@ class Spawner:
                 return
             try:
                 message = json.loads(data)
+                if message.get("ready") is True and self._ready is not None:
+                    if not self._ready.done():
+                        pid = self._inner_pid()
+                        self._ready_pidfd = _own_root_pidfd(pid, self.isolated)
+                        self._ready.set_result(pid)
+                    continue
                 request = int(message["id"])
+                if "error" in message:  # it could not fork the command
+                    future = self._pending.pop(request, None)
+                    if future is not None and not future.done():
+                        future.set_exception(CommandRefused(str(message["error"])[:500]))
+                    continue
                 pid = int(message["pid"]) if "pid" in message else None
                 status = None if pid is not None else int(message["status"])
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, AttributeError):
                 # The init shares the sandbox with untrusted code: a bad message ends it.
                 self.kill(f"init sent a malformed message: {data[:200]!r}")
                 return
@@ -362,6 +431,8 @@ class Spawner:
             raise InitError(f"sandbox init did not start the command: {self.error}") from exc
         except InitError:
             self._finish(proc, -signal.SIGKILL)
+            if proc.stdin is not None:  # it never ran: nothing will read its stdin
+                proc.stdin.abort()
             raise
         return proc
 
@@ -441,6 +512,29 @@ class Spawner:
             if proc.stdin is not None:
                 proc.stdin.abort()
         proc.events.put_nowait(("end", status))
+
+
+def _own_root_pidfd(pid: int, isolated: bool) -> int | None:
+    """A pidfd of the booted init ``pid``, or None if it is gone or not the sandbox's.
+
+    Only a process in a mount namespace of its own is an isolated sandbox's init: its
+    ``/proc/<pid>/root`` must never be the host's root. The pidfd is taken first, so the
+    checks are about that very process (a PID reused meanwhile shows as exited).
+    """
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return None
+    try:
+        mine = not isolated or os.readlink(f"/proc/{pid}/ns/mnt") != os.readlink(
+            "/proc/self/ns/mnt"
+        )
+    except OSError:
+        mine = False
+    if not mine or select.select([pidfd], [], [], 0)[0]:
+        os.close(pidfd)
+        return None
+    return pidfd
 
 
 def _drop_output(proc: Process) -> None:

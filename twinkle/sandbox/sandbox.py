@@ -1,13 +1,14 @@
 """Sandboxes: create, run commands, kill, reap.
 
-Everything here runs on the server's asyncio loop. A sandbox is a host directory (its
-``home`` and ``tmp``) plus one long-lived init process (:mod:`twinkle.sandbox.processes`)
-started under bubblewrap at create time; every command is forked by that init inside the
-sandbox's namespaces, so commands share processes, network and files as on one machine.
-Killing the init's process group collapses the sandbox's PID namespace, which removes
-everything its commands started, including background and forked children. Deleting its
-files happens off the loop, on one cleanup thread: removing a sandbox with 200k files must
-not stall every other sandbox's requests.
+Everything here runs on the server's asyncio loop. A sandbox is one long-lived init process
+(:mod:`twinkle.sandbox.processes`) started under bubblewrap at create time, in its own cgroups
+(:mod:`twinkle.sandbox.cgroups`), with its files in tmpfs mounts of its own mount namespace
+(unisolated: a host directory holding ``home`` and ``tmp``); every command is forked by that
+init inside the sandbox's namespaces, so commands share processes, network and files as on one
+machine. Killing the init collapses the sandbox's PID namespace, which removes everything its
+commands started, including background and forked children, and its mount namespace, which
+frees its files. What is left (its cgroups, its slirp4netns, a host directory) is removed
+off the loop, on one cleanup thread, so that no kill stalls every other sandbox's requests.
 """
 
 from __future__ import annotations
@@ -15,27 +16,28 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import contextlib
 import hmac
 import os
 import secrets
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from twinkle.errors import SandboxError
+from twinkle.sandbox.cgroups import Cgroups, SandboxCgroup
 from twinkle.sandbox.files import SandboxFiles
-from twinkle.sandbox.isolation import SANDBOX_HOME, Isolation, IsolationError
+from twinkle.sandbox.isolation import HOME_PROFILE, SANDBOX_HOME, Isolation, IsolationError
+from twinkle.sandbox.network import Slirp, start_slirp
 from twinkle.sandbox.processes import OUTPUT_WINDOW, Process, Spawner
 from twinkle.sandbox.templates import Template, TemplateRegistry
 
 #: The envd version reported to the SDK; 0.5.7 unlocks octet-stream uploads and stdin control.
 ENVD_VERSION = "0.5.7"
-_PROFILE = (
-    'export PATH="$HOME/.local/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"\n'
-)
 
 
 class SetupError(SandboxError, RuntimeError):
@@ -57,6 +59,10 @@ class Sandbox:
     end_at: float
     files: SandboxFiles
     spawner: Spawner
+    #: Its cgroups (None where the host enforces none); removed once its init is reaped.
+    cgroup: SandboxCgroup | None = None
+    #: Its user-mode networking (sandboxes with network, where slirp4netns is installed).
+    slirp: Slirp | None = None
 
     @property
     def processes(self) -> dict[int, Process]:
@@ -89,6 +95,21 @@ class Sandbox:
         self.spawner.kill()
 
 
+def _boot_into(cgroup: SandboxCgroup) -> Callable[[int], None]:
+    """The spawner's ``on_boot``: move bubblewrap (and what it forked) into the sandbox's groups.
+
+    Those processes are the sandbox's machinery, so the OOM killer is steered away from them
+    (it still may take them as a last resort); each command resets its own score to 0.
+    """
+
+    def boot(pid: int) -> None:
+        for moved in cgroup.add_tree(pid):
+            with contextlib.suppress(OSError):
+                Path(f"/proc/{moved}/oom_score_adj").write_text("-999")
+
+    return boot
+
+
 def _iso(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"
 
@@ -105,6 +126,9 @@ class SandboxManager:
             server passes its API key, so tokens stay valid across a restart).
         output_window: the most unread output bytes held per command; past it the command
             blocks until its client reads (see :data:`twinkle.sandbox.processes.OUTPUT_WINDOW`).
+        cgroups: the server's cgroups (:func:`twinkle.sandbox.cgroups.detect`): each sandbox
+            gets groups limiting its memory (tmpfs included), processes and CPUs to its
+            template's ``memory_mb``, ``max_processes`` and ``cpu_count``. None: no cgroups.
 
     Example (inside a running event loop)::
 
@@ -121,8 +145,10 @@ class SandboxManager:
         max_sandboxes: int = 1024,
         token_key: bytes | None = None,
         output_window: int = OUTPUT_WINDOW,
+        cgroups: Cgroups | None = None,
     ) -> None:
         self.templates = templates
+        self.cgroups = cgroups if isolation.isolated else None
         self.output_window = output_window
         self._token_key = token_key or secrets.token_bytes(32)
         self.isolation = isolation
@@ -156,14 +182,30 @@ class SandboxManager:
             init = self.isolation.init_argv(tmpl, directory, network)
         except IsolationError as exc:
             raise SetupError(str(exc)) from exc
-        self._make_dirs(directory)
-        spawner = Spawner(
-            init, self.isolation.spawn_kwargs(), self.isolation.isolated, self.output_window
-        )
+        if not self.isolation.isolated:  # isolated: tmpfs mounts inside the sandbox instead
+            self._make_dirs(directory)
+        cgroup = None
         try:
+            if self.cgroups is not None and self.cgroups.enforced:
+                cgroup = self.cgroups.create(
+                    sandbox_id,
+                    memory_bytes=tmpl.memory_mb * 1024 * 1024,
+                    # bubblewrap's own process stays beside the sandbox's init
+                    pids=tmpl.max_processes + 1,
+                    cpus=tmpl.cpu_count,
+                )
+            spawner = Spawner(
+                init,
+                self.isolation.spawn_kwargs(),
+                self.isolation.isolated,
+                self.output_window,
+                on_boot=None if cgroup is None else _boot_into(cgroup),
+            )
             spawner.start()  # the init boots while the client gets its answer
         except OSError as exc:
             shutil.rmtree(directory, ignore_errors=True)
+            if cgroup is not None:
+                cgroup.remove(timeout=1.0)
             raise SetupError(f"template {tmpl.name!r}: cannot start the sandbox: {exc}") from exc
         now = time.time()
         sbx = Sandbox(
@@ -176,11 +218,17 @@ class SandboxManager:
             network=network,
             started_at=now,
             end_at=now + timeout,
-            files=SandboxFiles(directory, self.owner),
+            files=SandboxFiles(directory, self.owner, spawner if self.isolation.isolated else None),
             spawner=spawner,
+            cgroup=cgroup,
         )
         self.sandboxes[sandbox_id] = sbx
+        if cgroup is not None and self.cgroups is not None:
+            self.cgroups.weigh(len(self.sandboxes))
         try:
+            if network and self.isolation.slirp4netns is not None:
+                pid = await spawner.wait_ready()
+                sbx.slirp = await start_slirp(self.isolation.slirp4netns, pid)
             for command in tmpl.setup:
                 await asyncio.wait_for(self._setup(sbx, command), timeout=timeout)
         except (OSError, TimeoutError, SetupError) as exc:
@@ -208,7 +256,7 @@ class SandboxManager:
         home.mkdir(mode=0o755)
         tmp.mkdir(mode=0o1777)
         os.chmod(tmp, 0o1777)  # mkdir's mode is masked by the umask
-        (home / ".profile").write_text(_PROFILE)
+        (home / ".profile").write_text(HOME_PROFILE)
         if not self._has_python:  # hosts with python3 only: give the sandbox a `python`
             (home / ".local" / "bin").mkdir(parents=True)
             os.symlink(
@@ -247,17 +295,38 @@ class SandboxManager:
         if sbx is None:
             return False
         sbx.kill_processes()
+        if sbx.cgroup is not None and self.cgroups is not None:
+            self.cgroups.weigh(len(self.sandboxes))
+        if sbx.slirp is not None:
+            sbx.slirp.close()
         self.remove_later(sbx.directory)
-        # Its processes die a moment after the kill: remove anything they wrote meanwhile.
-        sbx.spawner.on_exit = lambda: self.remove_later(sbx.directory)
+        # Its processes die a moment after the kill: remove anything they wrote meanwhile,
+        # then its cgroups (empty only once the init is reaped) and its slirp4netns.
+        if sbx.spawner.exited:
+            self._after_exit(sbx)
+        else:
+            sbx.spawner.on_exit = lambda: self._after_exit(sbx)
         return True
+
+    def _after_exit(self, sbx: Sandbox) -> None:
+        self.remove_later(sbx.directory)
+        for job in (
+            sbx.cgroup.remove if sbx.cgroup else None,
+            sbx.slirp.reap if sbx.slirp else None,
+        ):
+            if job is not None:
+                self._submit(job)
 
     def remove_later(self, directory: Path) -> None:
         """Delete ``directory`` (and all below it) on the cleanup thread."""
+        self._submit(lambda: shutil.rmtree(directory, ignore_errors=True))
+
+    def _submit(self, job: Callable[[], object]) -> None:
+        """Run ``job`` on the cleanup thread (here, once the thread is shut down)."""
         try:
-            future = self._cleaner.submit(shutil.rmtree, directory, ignore_errors=True)
-        except RuntimeError:  # the executor was shut down (interpreter exit): remove it here
-            shutil.rmtree(directory, ignore_errors=True)
+            future = self._cleaner.submit(job)
+        except RuntimeError:  # the executor was shut down (interpreter exit): do it here
+            job()
             return
         with self._cleanups_lock:
             self._cleanups.add(future)
@@ -338,11 +407,14 @@ class SandboxManager:
             **envs,
         }
         host_cwd = cwd if self.isolation.isolated else self.isolation.host_path(sbx.directory, cwd)
+        limits = self.isolation.limits(tmpl)
+        if sbx.cgroup is not None and self.cgroups is not None and "pids" in self.cgroups.enforced:
+            limits["nproc"] = 0  # the pids cgroup holds the whole sandbox, its init included
         return await sbx.spawner.run(
             [cmd, *args],
             env,
             str(host_cwd),
-            self.isolation.limits(tmpl),
+            limits,
             stdin,
             config={"cmd": cmd, "args": list(args), "envs": dict(envs), "cwd": cwd},
             tag=tag,

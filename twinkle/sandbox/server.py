@@ -30,7 +30,15 @@ from secrets import token_hex
 from typing import Any
 
 from twinkle.sandbox.app import SandboxApp
-from twinkle.sandbox.isolation import ETC_PROFILE, Isolation, IsolationError, find_bwrap
+from twinkle.sandbox.cgroups import Cgroups, detect
+from twinkle.sandbox.isolation import (
+    ETC_PROFILE,
+    HOME_PROFILE,
+    Isolation,
+    IsolationError,
+    find_bwrap,
+)
+from twinkle.sandbox.network import RESOLV_CONF, find_slirp4netns
 from twinkle.sandbox.sandbox import SandboxManager
 from twinkle.sandbox.templates import TemplateRegistry
 from twinkle.utils.serving import ThreadedServer
@@ -61,9 +69,12 @@ class SandboxServer:
             the command blocks in ``write`` until its client reads (backpressure).
         parent_pid: shut down (``serve_forever`` returns, cleaning up) once this process is no
             longer the server's parent: the process that started it died.
+        require_limits: refuse to start unless every per-sandbox limit is enforced here (see
+            ``limits``): memory, pids and CPU through cgroups, disk, network isolation.
 
     Raises:
-        IsolationError: bubblewrap is not usable and ``unisolated`` is False.
+        IsolationError: bubblewrap is not usable and ``unisolated`` is False, or
+            ``require_limits`` and a limit is not enforced on this host.
 
     Example::
 
@@ -83,8 +94,10 @@ class SandboxServer:
         max_sandboxes: int = 1024,
         output_window_mb: float = 8,
         parent_pid: int | None = None,
+        require_limits: bool = False,
     ) -> None:
         self.parent_pid = parent_pid
+        self.require_limits = require_limits
         self.api_key = api_key or os.environ.get("E2B_API_KEY") or ""
         if not self.api_key:
             raise ValueError("an API key is required: pass api_key= or set E2B_API_KEY")
@@ -103,7 +116,14 @@ class SandboxServer:
         # Only a name here; start() creates the directory and stop() removes it.
         self.root = Path(root or Path(tempfile.gettempdir(), f"{ROOT_PREFIX}{token_hex(6)}"))
         bwrap, drop = found if found is not None else (None, False)
-        self.isolation = Isolation(bwrap=bwrap, server_root=self.root, drop_privileges=drop)
+        self.isolation = Isolation(
+            bwrap=bwrap,
+            server_root=self.root,
+            drop_privileges=drop,
+            slirp4netns=find_slirp4netns() if bwrap else None,
+        )
+        #: Created by ``start()`` (the server's own groups are made there).
+        self.cgroups: Cgroups | None = None
         self.manager = SandboxManager(
             self.templates,
             self.isolation,
@@ -134,11 +154,45 @@ class SandboxServer:
         """Keyword arguments for ``e2b.Sandbox.create`` / ``connect`` that target this server."""
         return {"api_url": self.url, "sandbox_url": self.url, "api_key": self.api_key}
 
+    def limits(self) -> dict[str, str]:
+        """Each per-sandbox limit and how it is enforced here ("not enforced: why" if not).
+
+        ``memory``, ``pids``, ``cpu``: the sandbox's cgroups; ``disk``: size-limited tmpfs;
+        ``network``: a sandbox with network in its own namespace behind slirp4netns.
+        """
+        if not self.isolated:
+            return dict.fromkeys(
+                ("memory", "pids", "cpu", "disk", "network"), "not enforced: unisolated"
+            )
+        out = (self.cgroups or Cgroups(0, {}, {})).describe()
+        out["disk"] = (
+            "tmpfs of the template's disk_mb at /home/user, /tmp and /dev/shm, in the "
+            "sandbox's mount namespace; /home, /root and /dev read-only"
+        )
+        out["network"] = (
+            f"own namespace, slirp4netns ({self.isolation.slirp4netns})"
+            if self.isolation.slirp4netns
+            else "not enforced: slirp4netns is not installed (apt-get install slirp4netns); "
+            "sandboxes with network share the server's"
+        )
+        return out
+
     def start(self, timeout: float = 30.0) -> SandboxServer:
         """Create the sandbox root, bind, serve in a daemon thread; returns once it accepts."""
         if self._http is not None:
             return self
         try:
+            if self.isolated and self.cgroups is None:
+                self.cgroups = detect()
+                self.manager.cgroups = self.cgroups
+            missing = {k: v for k, v in self.limits().items() if v.startswith("not enforced")}
+            if self.require_limits and missing:
+                raise IsolationError(
+                    "limits required but not enforced on this host: "
+                    + "; ".join(
+                        f"{k}: {v.removeprefix('not enforced: ')}" for k, v in missing.items()
+                    )
+                )
             self._serve(timeout)
         except BaseException:
             self.stop()  # leaves no directory or thread behind
@@ -151,6 +205,8 @@ class SandboxServer:
         self.isolation.check_root()
         self._remove_orphans()
         (self.root / ".etc-profile").write_text(ETC_PROFILE)
+        (self.root / ".resolv-slirp").write_text(RESOLV_CONF)
+        (self.root / ".home-profile").write_text(HOME_PROFILE)
         http = ThreadedServer(
             self.app,
             self.host,
@@ -179,6 +235,9 @@ class SandboxServer:
             self._http.stop(timeout)
             self._http = None
         self.manager.shutdown()  # also covers a loop that died without its shutdown hook
+        if self.cgroups is not None:
+            self.cgroups.close()
+            self.cgroups = None
         if self._own_root:
             shutil.rmtree(self.root, ignore_errors=True)
         atexit.unregister(self.stop)

@@ -20,8 +20,10 @@ packet, so no framing is needed):
 * server -> init ``{"op": "start", "id": N, "argv": [...], "env": {...}, "cwd": "/home/user",
   "limits": {"nproc": 48, "as": bytes, "cpu": seconds}}`` with three file descriptors attached
   (``SCM_RIGHTS``): the command's stdin, stdout and stderr. The server keeps the other pipe ends.
+* init -> server ``{"ready": true}`` once, when it has booted.
 * init -> server ``{"id": N, "pid": P}`` once forked (P is the PID inside the sandbox), then
-  ``{"id": N, "status": S}`` when it ends (S: exit code, or minus the signal number).
+  ``{"id": N, "status": S}`` when it ends (S: exit code, or minus the signal number); or
+  ``{"id": N, "error": "..."}`` if it could not fork (the sandbox is at its process limit).
 * server -> init ``{"op": "signal", "pid": P, "signal": 9}``: sent to the command's process
   group (each command is a session leader, so this reaches what it forked).
 
@@ -58,6 +60,11 @@ def _child(argv, env, cwd, limits, fds):
         for name in ("SIGPIPE", "SIGXFSZ", "SIGCHLD"):
             signal.signal(getattr(signal, name), signal.SIG_DFL)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        try:  # the server shields the init from the OOM killer; commands are fair game
+            with open("/proc/self/oom_score_adj", "w") as adj:
+                adj.write("0")
+        except OSError:
+            pass
         for key, which in _LIMITS:
             if limits.get(key):
                 soft = int(limits[key])
@@ -120,6 +127,7 @@ def main(fd):
             if request is not None:
                 send({"id": request, "status": _status(wait_status)})
 
+    send({"ready": True})  # booted: the server may now look at the sandbox from outside
     poller = select.poll()
     poller.register(ctl.fileno(), select.POLLIN)
     poller.register(wake_r, select.POLLIN)
@@ -143,18 +151,29 @@ def main(fd):
                 os._exit(0)  # the server closed the socket: end the sandbox
             message = json.loads(data)
             if message.get("op") == "start":
-                pid = os.fork()
+                try:
+                    pid = os.fork()
+                except OSError as exc:  # the sandbox's pids or memory limit is reached
+                    pid = -1
+                    send({"id": message["id"], "error": f"cannot fork: {exc.strerror or exc}"})
                 if pid == 0:
                     _child(message["argv"], message["env"], message["cwd"], message["limits"], fds)
                 for received in fds:
                     os.close(received)
-                children[pid] = message["id"]
-                send({"id": message["id"], "pid": pid})
+                if pid > 0:
+                    children[pid] = message["id"]
+                    send({"id": message["id"], "pid": pid})
             elif message.get("op") == "signal":
                 pid = int(message["pid"])
                 if pid in children:  # never a reaped (possibly reused) PID
                     try:
                         os.killpg(pid, int(message["signal"]))
+                    except ProcessLookupError:
+                        # Forked but not yet a session leader: it has no children yet either.
+                        try:
+                            os.kill(pid, int(message["signal"]))
+                        except OSError:
+                            pass
                     except OSError:
                         pass
             for received in fds if message.get("op") != "start" else ():

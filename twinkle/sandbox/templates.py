@@ -38,13 +38,17 @@ class Template:
             root); it must provide ``python3``, which runs the sandbox's init.
         env: environment variables of every command.
         setup: shell commands run once when a sandbox is created (a failure fails the create).
-        memory_mb: address-space limit of each process, in MiB.
+        memory_mb: memory of the whole sandbox, in MiB: all its processes and its files
+            (its cgroup, where the host has one), and the address-space limit of each process.
         cpu_seconds: CPU-time limit of each process, in seconds.
         max_processes: process limit of the whole sandbox, its init included (stops fork
             bombs).
-        network: whether commands may reach the network (loopback only otherwise).
-        cpu_count: the CPU count reported to clients.
-        disk_mb: the disk size reported to clients.
+        network: whether commands may reach the network (loopback only otherwise), through
+            their own network namespace and slirp4netns.
+        cpu_count: the CPUs the sandbox may use together (its cgroup's CPU quota), reported
+            to clients.
+        disk_mb: the size of each of its writable tmpfs mounts (``/home/user``, ``/tmp``,
+            ``/dev/shm``), reported to clients.
 
     Example:
         >>> Template(name='big', memory_mb=4096, network=True).memory_mb
