@@ -47,6 +47,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from twinkle.errors import TwinkleError
+
 __all__ = [
     "FORMATS",
     "RowFormatError",
@@ -81,7 +83,7 @@ _SHAREGPT_ROLES = {
 }
 
 
-class RowFormatError(ValueError):
+class RowFormatError(TwinkleError, ValueError):
     """One row does not fit the format it was read as (``twinkle.io`` adds file and row)."""
 
 

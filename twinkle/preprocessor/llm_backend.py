@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from twinkle.data_format import SamplingParams
+from twinkle.errors import ProtocolError
 
 logger = logging.getLogger("twinkle.preprocessor")
 
@@ -38,7 +39,7 @@ Messages = list[dict[str, Any]]
 Logprobs = list[float | None]
 
 
-class BackendError(RuntimeError):
+class BackendError(ProtocolError, RuntimeError):
     """A backend call that cannot give what a scorer needs (the message says what to do)."""
 
 
