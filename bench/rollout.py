@@ -14,21 +14,29 @@
    and as a share of a turn whose generation takes ``--gen-s`` seconds (a modelled GPU).
 3. ``--parts hf``: tokens/s of ``HFSampler`` rollouts on a small random model
    (``--device cuda`` on a GPU node).
+4. ``tools``: the tool-using workload (two model calls with a weather lookup between them),
+   ours (SDK and lean transports) vs the bare SDK loop at 64, 256 and 1,024 trajectories,
+   concurrency 128; ``lean``: CPU per call and throughput of the lean transport at
+   concurrency 256; ``--parts scale``: 1 vs 2 ``APIMultiTurnRollout.remote`` Ray workers.
+   All three live in ``bench/rollout_tools.py``.
 
 Prints one JSON object. ``--quick`` runs a small version.
 
     python bench/rollout.py            # full: 512 trajectories, concurrency 256, 50 and 500 ms
     python bench/rollout.py --quick
     python bench/rollout.py --parts hf --device cuda   # GPU node: HFSampler tokens/s
+    python bench/rollout.py --parts tools,lean,scale   # tool-using workload, lean, Ray workers
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import statistics
+import sys
 import time
 from typing import Any
 
@@ -275,6 +283,16 @@ def bench_hf(device: str, batch: int, max_tokens: int) -> dict[str, Any]:
     }
 
 
+def _tools_module() -> Any:
+    """``bench/rollout_tools.py``, loaded by path (``bench`` is not a package)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rollout_tools.py")
+    spec = importlib.util.spec_from_file_location("twinkle_bench_rollout_tools", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # Ray pickles its classes by value from here
+    spec.loader.exec_module(module)
+    return module
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -290,10 +308,18 @@ def main() -> None:
     )
     parser.add_argument(
         "--parts",
-        default="api,bookkeeping",
-        help="comma-separated parts to run: api, bookkeeping, hf (HFSampler tokens/s)",
+        default="api,bookkeeping,tools,lean",
+        help="comma-separated parts to run: api, bookkeeping, hf (HFSampler tokens/s), "
+        "tools, lean, scale (Ray workers; needs the ray extra)",
     )
     parser.add_argument("--device", default="cpu", help="device for the hf part, e.g. cuda")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="interleaved runs per variant in the tools, lean and scale parts (best counts; "
+        "default 2, 1 with --quick); more on a noisy machine",
+    )
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     n, concurrency, repeats = (64, 32, 1) if args.quick else (512, 256, 3)
@@ -308,6 +334,18 @@ def main() -> None:
         result["hf_sampler"] = bench_hf(
             args.device, 8 if args.quick else 64, 32 if args.quick else 128
         )
+    if parts & {"tools", "lean", "scale"}:
+        tools = _tools_module()
+        reps = args.repeats or (1 if args.quick else 2)
+        if "tools" in parts:
+            sizes, conc = ([16, 64], 32) if args.quick else ([64, 256, 1024], 128)
+            result["tool_rollout"] = tools.bench_tools(50.0, sizes, conc, reps)
+        if "lean" in parts:
+            n, conc = (128, 64) if args.quick else (1024, 256)
+            result["lean_transport"] = tools.bench_lean(50.0, n, conc, reps)
+        if "scale" in parts:
+            n, conc = (128, 32) if args.quick else (2048, 256)
+            result["scale_out"] = tools.bench_scale(50.0, n, conc, reps)
     summary: dict[str, Any] = {"load_average_1m": round(os.getloadavg()[0], 2)}
     if "api_rollout" in result:
         api = result["api_rollout"]
@@ -316,6 +354,17 @@ def main() -> None:
             ours_vs_bare_mean=round(statistics.mean(r["ours_vs_bare"] for r in api), 3),
             ours_vs_bare_cpu_min=min(r["ours_vs_bare_cpu"] for r in api),
             ours_overhead_cpu_ms_per_call_max=max(r["ours_overhead_cpu_ms_per_call"] for r in api),
+        )
+    if "tool_rollout" in result:
+        summary.update(
+            tools_ours_vs_bare_min=min(r["ours_vs_bare"] for r in result["tool_rollout"]),
+            tools_ours_lean_vs_bare_min=min(r["ours_lean_vs_bare"] for r in result["tool_rollout"]),
+        )
+    if "lean_transport" in result:
+        lean = result["lean_transport"]
+        summary.update(
+            lean_cpu_vs_sdk_cpu=lean["lean_cpu_vs_sdk_cpu"],
+            lean_throughput_vs_bare_sdk=lean["lean_throughput_vs_bare_sdk"],
         )
     if "multi_turn_bookkeeping" in result:
         summary["bookkeeping_fraction_of_turn"] = result["multi_turn_bookkeeping"][

@@ -1,4 +1,5 @@
-"""OpenAI protocol client against a real local server through the real openai SDK."""
+"""OpenAI protocol client against a real local server, over both transports: the real openai
+SDK (the default) and the lean one (``transport='lean'``)."""
 
 import asyncio
 import socket
@@ -16,9 +17,22 @@ TOOLS = [
 ]
 
 
+TRANSPORT = "sdk"
+
+
+@pytest.fixture(autouse=True, params=["sdk", "lean"])
+def transport(request):
+    """Every test runs over both transports: the lean one must behave exactly as the SDK's."""
+    global TRANSPORT
+    TRANSPORT, previous = request.param, TRANSPORT
+    yield request.param
+    TRANSPORT = previous
+
+
 def api_for(server, **kw):
     kw.setdefault("max_retries", 3)
     kw.setdefault("backoff_s", 0.01)
+    kw.setdefault("transport", TRANSPORT)
     return OpenAI("test-model", api_key="x", base_url=server.base_url, **kw)
 
 
@@ -63,8 +77,9 @@ def test_history_is_cleaned_before_sending():
     assert tool == {"role": "tool", "content": "ok", "tool_call_id": "c1"}
 
 
-def test_tool_calls_reasoning_finish_reason_and_usage(server):
-    server.responder = scripted(
+@pytest.mark.slow
+def test_tool_calls_reasoning_finish_reason_and_usage(chat_server):
+    chat_server.responder = scripted(
         [
             {
                 "content": "",
@@ -75,7 +90,7 @@ def test_tool_calls_reasoning_finish_reason_and_usage(server):
             }
         ]
     )
-    reply = api_for(server)({**USER, "tools": TOOLS}, SamplingParams(max_tokens=8))
+    reply = api_for(chat_server)({**USER, "tools": TOOLS}, SamplingParams(max_tokens=8))
     assert reply["tool_calls"] == [
         {
             "id": "call_9",
@@ -84,15 +99,16 @@ def test_tool_calls_reasoning_finish_reason_and_usage(server):
         }
     ]
     assert reply["reasoning_content"] == "need weather" and reply["finish_reason"] == "tool_calls"
-    assert server.requests[0]["tools"] == TOOLS and server.requests[0]["max_tokens"] == 8
+    assert chat_server.requests[0]["tools"] == TOOLS and chat_server.requests[0]["max_tokens"] == 8
 
 
-async def test_async_multi_sample_and_extra_body(server):
-    server.responder = tool_then_answer(turns=0, answer="fine")
-    api = api_for(server)
+@pytest.mark.slow
+async def test_async_multi_sample_and_extra_body(chat_server):
+    chat_server.responder = tool_then_answer(turns=0, answer="fine")
+    api = api_for(chat_server)
     replies = await api.acall(USER, SamplingParams(num_samples=3), extra_body={"custom_field": 7})
     assert [r["content"] for r in replies] == ["fine"] * 3
-    assert server.requests[-1]["n"] == 3 and server.requests[-1]["custom_field"] == 7
+    assert chat_server.requests[-1]["n"] == 3 and chat_server.requests[-1]["custom_field"] == 7
     completion = await api.acomplete(USER, SamplingParams())
     assert (
         completion.prompt_tokens > 0
@@ -101,51 +117,59 @@ async def test_async_multi_sample_and_extra_body(server):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("status", [429, 500, 503])
-async def test_transient_errors_are_retried(server, status):
-    server.responder = failing_first(2, status, then=tool_then_answer(turns=0, answer="ok"))
-    completion = await api_for(server).acomplete(USER, SamplingParams())
+async def test_transient_errors_are_retried(chat_server, status):
+    chat_server.responder = failing_first(2, status, then=tool_then_answer(turns=0, answer="ok"))
+    completion = await api_for(chat_server).acomplete(USER, SamplingParams())
     assert completion.messages[0]["content"] == "ok" and completion.attempts == 3
-    assert len(server.requests) == 3
+    assert len(chat_server.requests) == 3
 
 
-def test_retry_after_is_honoured_and_sync_path_retries(server):
-    server.responder = failing_first(
+@pytest.mark.slow
+def test_retry_after_is_honoured_and_sync_path_retries(chat_server):
+    chat_server.responder = failing_first(
         1, 429, retry_after=0.01, then=tool_then_answer(turns=0, answer="ok")
     )
-    assert api_for(server)(USER, SamplingParams())["content"] == "ok"
-    assert len(server.requests) == 2
+    assert api_for(chat_server)(USER, SamplingParams())["content"] == "ok"
+    assert len(chat_server.requests) == 2
 
 
-async def test_retries_are_bounded_then_reported(server):
-    server.responder = failing_first(100, 500)
+@pytest.mark.slow
+async def test_retries_are_bounded_then_reported(chat_server):
+    chat_server.responder = failing_first(100, 500)
     with pytest.raises(APICallError) as info:
-        await api_for(server, max_retries=2).acomplete(USER, SamplingParams())
+        await api_for(chat_server, max_retries=2).acomplete(USER, SamplingParams())
     assert info.value.kind == "server" and info.value.status == 500 and info.value.attempts == 3
-    assert len(server.requests) == 3
+    assert len(chat_server.requests) == 3
 
 
-async def test_client_errors_are_not_retried(server):
-    server.responder = failing_first(5, 400)
+@pytest.mark.slow
+async def test_client_errors_are_not_retried(chat_server):
+    chat_server.responder = failing_first(5, 400)
     with pytest.raises(APICallError) as info:
-        await api_for(server).acomplete(USER, SamplingParams())
-    assert info.value.kind == "client" and info.value.attempts == 1 and len(server.requests) == 1
+        await api_for(chat_server).acomplete(USER, SamplingParams())
+    assert (
+        info.value.kind == "client" and info.value.attempts == 1 and len(chat_server.requests) == 1
+    )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "responder",
     [garbage(), lambda request: Reply(body={"choices": []}), lambda request: Reply(body=[1, 2, 3])],
 )
-async def test_garbage_is_an_invalid_response(server, responder):
-    server.responder = responder
+async def test_garbage_is_an_invalid_response(chat_server, responder):
+    chat_server.responder = responder
     with pytest.raises(APICallError) as info:
-        await api_for(server).acomplete(USER, SamplingParams())
+        await api_for(chat_server).acomplete(USER, SamplingParams())
     assert info.value.kind == "invalid_response"
 
 
-async def test_timeouts_are_retried_then_reported(server):
-    server.delay_s = 2.0
-    api = api_for(server, max_retries=1, client_kwargs={"timeout": 0.2})
+@pytest.mark.slow
+async def test_timeouts_are_retried_then_reported(chat_server):
+    chat_server.delay_s = 2.0
+    api = api_for(chat_server, max_retries=1, client_kwargs={"timeout": 0.2})
     with pytest.raises(APICallError) as info:
         await api.acomplete(USER, SamplingParams())
     assert info.value.kind == "timeout" and info.value.attempts == 2
@@ -156,32 +180,40 @@ async def test_refused_connection_is_reported():
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     api = OpenAI(
-        "m", api_key="x", base_url=f"http://127.0.0.1:{port}/v1", max_retries=1, backoff_s=0.01
+        "m",
+        api_key="x",
+        base_url=f"http://127.0.0.1:{port}/v1",
+        max_retries=1,
+        backoff_s=0.01,
+        transport=TRANSPORT,
     )
     with pytest.raises(APICallError) as info:
         await api.acomplete(USER, SamplingParams())
     assert info.value.kind == "connection" and info.value.attempts == 2
 
 
-def test_one_async_client_per_event_loop(server):
-    server.responder = tool_then_answer(turns=0, answer="ok")
-    api = api_for(server)
+@pytest.mark.slow
+def test_one_async_client_per_event_loop(chat_server):
+    chat_server.responder = tool_then_answer(turns=0, answer="ok")
+    api = api_for(chat_server)
     # Two separate asyncio.run calls: a client bound to the first (closed) loop must not be reused.
     assert asyncio.run(api.acall(USER, SamplingParams()))["content"] == "ok"
     assert asyncio.run(api.acall(USER, SamplingParams()))["content"] == "ok"
 
 
-def test_models_endpoint(server):
+@pytest.mark.slow
+def test_models_endpoint(chat_server):
     import openai
 
-    client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+    client = openai.OpenAI(base_url=chat_server.base_url, api_key="x", max_retries=0)
     assert [m.id for m in client.models.list()] == ["twinkle-test"]
 
 
+@pytest.mark.slow
 def test_server_in_its_own_process():
     from twinkle.testing.openai_server import OpenAIServer
 
     with OpenAIServer.subprocess(delay_ms=10, policy="judge") as server:
         assert server.base_url.endswith("/v1")
-        api = OpenAI("m", api_key="x", base_url=server.base_url, max_retries=0)
+        api = OpenAI("m", api_key="x", base_url=server.base_url, max_retries=0, transport=TRANSPORT)
         assert api(USER, SamplingParams())["content"].startswith("Score: 8/10")

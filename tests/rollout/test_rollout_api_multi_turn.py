@@ -41,6 +41,7 @@ def prompts(n, text="q"):
     ]
 
 
+@pytest.mark.slow
 def test_tool_loop_ids_history_and_turn_log(server):
     server.responder = tool_then_answer(turns=2, answer="all done")
     rollout = APIMultiTurnRollout(api_for(server), ToolManager([Echo()]), max_turns=6)
@@ -73,12 +74,14 @@ def test_tool_loop_ids_history_and_turn_log(server):
     assert tool["tool_call_id"] == out["messages"][2]["tool_call_id"] and tool["error"] is False
 
 
+@pytest.mark.slow
 def test_length_stop_is_truncated(server):
     server.responder = length_stop()
     out = APIMultiTurnRollout(api_for(server), ToolManager([Echo()]))(prompts(1))[0]
     assert (out["stop_reason"], out["truncated"], out["turns"]) == ("length", True, 1)
 
 
+@pytest.mark.slow
 def test_max_turns_does_not_run_the_last_calls(server):
     server.responder = tool_then_answer(turns=5)
     out = APIMultiTurnRollout(api_for(server), ToolManager([Echo()]), max_turns=2)(prompts(1))[0]
@@ -86,6 +89,7 @@ def test_max_turns_does_not_run_the_last_calls(server):
     assert [m["role"] for m in out["messages"]].count("tool") == 1
 
 
+@pytest.mark.slow
 def test_failures_are_data_in_input_order(server):
     def responder(request):
         text = request["messages"][0]["content"]
@@ -121,6 +125,7 @@ def test_failures_are_data_in_input_order(server):
     assert "role 'robot'" in out[3]["error"] and out[0]["id"] == "t0"
 
 
+@pytest.mark.slow
 def test_a_raising_tool_callable_is_an_api_error(server):
     server.responder = tool_then_answer(turns=1)
 
@@ -135,6 +140,7 @@ def test_a_raising_tool_callable_is_an_api_error(server):
     assert out["turn_log"][-1]["type"] == "tool" and out["turn_log"][-1]["error"] is True
 
 
+@pytest.mark.slow
 def test_tool_timeout_is_reported_to_the_model(server):
     server.responder = tool_then_answer(turns=1)
     release = threading.Event()
@@ -155,6 +161,7 @@ def test_tool_timeout_is_reported_to_the_model(server):
     assert out["turn_log"][1]["error"] is True
 
 
+@pytest.mark.slow
 def test_blocking_tools_do_not_stall_other_trajectories(server):
     """A's tool blocks until B's second request reaches the server, which needs the loop free."""
     b_second_turn = threading.Event()
@@ -179,6 +186,7 @@ def test_blocking_tools_do_not_stall_other_trajectories(server):
     assert out[0]["messages"][2]["content"] == "ok"
 
 
+@pytest.mark.slow
 def test_hundreds_in_flight_and_the_bound_holds(server):
     state = {"now": 0, "max": 0}
 
@@ -198,6 +206,7 @@ def test_hundreds_in_flight_and_the_bound_holds(server):
     assert state["max"] <= 4
 
 
+@pytest.mark.slow
 def test_per_trajectory_managers_keep_envs_apart(server):
     class Ledger(Env):
         def __init__(self):
@@ -221,6 +230,7 @@ def test_per_trajectory_managers_keep_envs_apart(server):
         rollout(prompts(1))
 
 
+@pytest.mark.slow
 def test_argument_checks(server):
     api = api_for(server)
     with pytest.raises(ValueError, match="api is required"):
@@ -237,6 +247,7 @@ def test_argument_checks(server):
     assert rollout([]) == []
 
 
+@pytest.mark.slow
 async def test_extra_body_merge_and_use_inside_a_running_loop(server):
     server.responder = tool_then_answer(turns=0)
     rollout = APIMultiTurnRollout(api_for(server), ToolManager(), extra_body={"a": 1, "b": 1})
@@ -250,6 +261,7 @@ async def test_extra_body_merge_and_use_inside_a_running_loop(server):
     assert rollout(prompts(1))[0]["stop_reason"] == "stop"
 
 
+@pytest.mark.slow
 def test_request_timeout_bounds_a_hanging_api(server):
     server.delay_s = 1.0
     rollout = APIMultiTurnRollout(api_for(server), ToolManager(), request_timeout_s=0.3)
@@ -260,6 +272,7 @@ def test_request_timeout_bounds_a_hanging_api(server):
     )
 
 
+@pytest.mark.slow
 def test_quick_tools_run_inline_and_blocking_ones_in_threads(server):
     threads = {}
 
@@ -303,6 +316,7 @@ def test_a_synchronous_api_gets_the_full_concurrency():
     assert state["max"] > 6  # asyncio's default executor would cap it at min(32, cpus + 4)
 
 
+@pytest.mark.slow
 def test_the_loop_client_is_closed_after_a_synchronous_call(server):
     server.responder = tool_then_answer(turns=0)
     api = api_for(server)
@@ -310,6 +324,7 @@ def test_the_loop_client_is_closed_after_a_synchronous_call(server):
     assert len(api._async_clients) == 0
 
 
+@pytest.mark.slow
 def test_garbage_replies_become_api_errors(server):
     def responder(request):
         if "junk" in request["messages"][0]["content"]:

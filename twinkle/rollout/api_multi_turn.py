@@ -46,7 +46,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from twinkle.data_format import Message, SamplingParams, Trajectory, normalize_tool_calls
-from twinkle.errors import TwinkleError
+from twinkle.errors import EnvironmentFailure, TwinkleError
 from twinkle.rollout.base import (
     Rollout,
     blocking_call,
@@ -309,6 +309,8 @@ class APIMultiTurnRollout(Rollout):
         if not blocking_call(manager, call):
             try:
                 return str(manager(call))
+            except EnvironmentFailure:
+                raise
             except Exception as exc:
                 raise _ToolRaised(f"ToolExecution {error_text(exc)}") from exc
         loop = asyncio.get_running_loop()
@@ -321,6 +323,8 @@ class APIMultiTurnRollout(Rollout):
                 return str(await future)
         except TimeoutError:
             return f"Error: tool {name!r} timed out after {self.tool_timeout_s} s"
+        except EnvironmentFailure:
+            raise
         except Exception as exc:
             raise _ToolRaised(f"ToolExecution {error_text(exc)}") from exc
 
@@ -392,6 +396,10 @@ class APIMultiTurnRollout(Rollout):
                 except _ToolRaised as exc:
                     log.append(tool_entry(turn, call, call["id"], start_ns, started, "", True))
                     out.update(stop_reason="api_error", truncated=True, error=str(exc))
+                    return out
+                except EnvironmentFailure as exc:  # the sandbox died: not the model's doing
+                    log.append(tool_entry(turn, call, call["id"], start_ns, started, "", True))
+                    out.update(stop_reason="error", truncated=True, error=str(exc))
                     return out
                 log.append(
                     tool_entry(

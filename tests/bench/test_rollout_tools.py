@@ -1,0 +1,62 @@
+"""bench/rollout_tools.py's tool-using workload and lean-transport parts run end to end at a
+tiny scale; their figures are consistent (no target is asserted: that is the bench's job)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "rollout_tools.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("twinkle_bench_rollout_tools", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop(spec.name, None)
+
+
+def test_tool_workload(bench):
+    (row,) = bench.bench_tools(5.0, [6], 4, 1)
+    assert row["model_calls"] == 12 and row["ideal_calls_per_s"] == 800.0
+    for name in ("bare", "ours", "ours_threaded", "ours_lean"):
+        assert 0 < row[f"{name}_fraction_of_ideal"] <= 1
+        assert row[f"{name}_cpu_ms_per_call"] > 0 and len(row["wall_s"][name]) == 1
+    assert row["ours_vs_bare"] == pytest.approx(
+        row["ours_calls_per_s"] / row["bare_calls_per_s"], rel=0.02
+    )
+
+
+def test_lean_part(bench):
+    result = bench.bench_lean(5.0, 6, 4, 1)
+    assert result["model_calls"] == 12
+    assert result["lean_cpu_vs_sdk_cpu"] == pytest.approx(
+        result["ours_lean_cpu_ms_per_call"] / result["ours_sdk_cpu_ms_per_call"], rel=0.02
+    )
+    assert set(result["server_cpu_ms_per_call"]) == {"bare_sdk", "ours_sdk", "ours_lean"}
+
+
+def test_the_bare_loop_and_ours_do_the_same_work(bench, chat_server):
+    import asyncio
+
+    from twinkle.testing.openai_server import weather
+
+    chat_server.responder = weather(1)
+    asyncio.run(bench.bare_loop(chat_server.base_url, 2, 2))
+    bare = [r["messages"] for r in chat_server.requests]
+    chat_server.requests.clear()
+    bench.ours(chat_server.base_url, 2, 2, "lean", bench.Weather())
+    ours = [r["messages"] for r in chat_server.requests]
+    assert len(bare) == len(ours) == 4
+    # The same history each call, up to the ids the server hands out.
+    for a, b in zip(sorted(bare, key=str), sorted(ours, key=str)):
+        assert [m["role"] for m in a] == [m["role"] for m in b]
+        assert [m.get("content") or "" for m in a] == [m.get("content") or "" for m in b]
