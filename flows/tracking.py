@@ -145,12 +145,14 @@ def log_curation(tracking: Tracking, result: dict[str, Any]) -> str:
         render=trace_writer_process().chart,
     )  # drawn off this process's GIL
     tags = {"pii": result["pii"]}
+    from twinkle.tracking.tracker import file_digest
+
+    datasets = [(p, "input") for p in result["settings"].get("inputs") or []]
+    datasets.append((result.get("curated_path"), "curated"))
+    datasets = [(p, c, file_digest(p)) for p, c in datasets if p and os.path.isfile(p)]
     for run in (tracking.run_id, stage):
-        for path in result["settings"].get("inputs") or []:
-            if os.path.isfile(path):
-                tracker.log_dataset(run, path, context="input")
-        if result.get("curated_path") and os.path.isfile(result["curated_path"]):
-            tracker.log_dataset(run, result["curated_path"], context="curated")
+        for path, context, digest in datasets:
+            tracker.log_dataset(run, path, context=context, digest=digest)
     if result.get("curated_path"):
         tracker.log_artifact(stage, result["curated_path"], "data")
     if result.get("dropped_path"):

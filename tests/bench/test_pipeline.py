@@ -1,13 +1,21 @@
-"""bench/pipeline.py's parts run end to end on a small scale and report what they measured
-(the figures themselves are the benchmark's business: no timing is asserted here)."""
+"""bench/pipeline.py's parts run end to end at a tiny scale and report what they measured.
+
+The figures themselves are the benchmark's business (no target is asserted here), but each
+part must do the work it claims to time (same rows, same trajectories, same traces on both
+sides of a comparison) and report figures that are consistent with each other and sane.
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
+
+pytestmark = pytest.mark.slow
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "pipeline.py"
 
@@ -27,25 +35,111 @@ def bench():
     return module
 
 
-def test_overhead_part_compares_paired_rounds(bench, prefect_api, tmp_path):
-    out = bench.bench_overhead(tmp_path, n_rows=300, n_traj=6, concurrency=4, repeats=1)
-    assert out["rounds"] == 1 and out["trajectories"] == 6 and out["traces"] == 6
-    assert (
-        len(out["overhead_ratio_runs"]) == 1
-        and out["overhead_ratio"] == out["overhead_ratio_runs"][0]
-    )
-    assert set(out["cold_round"]) == {"stages_direct_s", "flow_s", "overhead_ratio"}
-    parts = out["median_round"]
-    assert (
-        parts["flow_s"] == out["flow_runs_s"][0]
-        and parts["stages_direct_s"] == out["stages_direct_runs_s"][0]
-    )
-    assert isinstance(out["ok"], bool)
+def rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def test_tracing_and_trace_write_parts_count_what_they_wrote(bench, prefect_api, tmp_path):
-    tracing = bench.bench_tracing(tmp_path, n_traj=4, concurrency=4)
-    assert tracing["trajectories"] == 4 and tracing["traces"] == 4 and tracing["spans"] > 4
-    assert len(tracing["runs_s"]) == 6
-    written = bench.bench_trace_write(tmp_path, n_traj=16, batch=8)
-    assert written["traces"] == 16 and written["speedup"] > 0
+def test_overhead_part_times_the_same_work_direct_and_as_a_flow(bench, prefect_api, tmp_path):
+    n_rows, n_traj = 40, 2
+    out = bench.bench_overhead(tmp_path, n_rows=n_rows, n_traj=n_traj, concurrency=2, repeats=1)
+
+    # Both sides curated the same rows and replayed the same trajectories, all reproduced.
+    curated = rows(tmp_path / "base1" / "curated.jsonl")
+    dropped = rows(tmp_path / "base1" / "d1.jsonl") + rows(tmp_path / "base1" / "d2.jsonl")
+    assert 0 < len(curated) < n_rows and len(curated) + len(dropped) == n_rows
+    flow_curated = rows(tmp_path / "flow1" / "latest" / "curated" / "examples.jsonl")
+    assert [r["id"] for r in flow_curated] == [r["id"] for r in curated]
+    direct = rows(tmp_path / "base1" / "scored.jsonl")
+    flow = rows(tmp_path / "flow1" / "latest" / "trajectories" / "examples.scored.jsonl")
+    assert len(direct) == len(flow) == n_traj
+    assert sorted(r["id"] for r in flow) == sorted(r["id"] for r in direct)
+    assert all(r["rewards"]["fidelity"] == 1.0 for r in direct + flow)
+
+    assert out["rows"] == n_rows and out["rounds"] == 1
+    assert out["trajectories"] == out["traces"] == n_traj
+    runs = ("stages_direct_runs_s", "flow_runs_s", "flow_untraced_runs_s")
+    assert all(len(out[k]) == 1 and out[k][0] > 0 for k in runs)
+    # One warm round: its paired ratio is the median, and it is the flow time over the direct.
+    assert out["overhead_ratio_runs"] == [out["overhead_ratio"]]
+    assert out["overhead_ratio"] == pytest.approx(
+        out["flow_runs_s"][0] / out["stages_direct_runs_s"][0] - 1, abs=0.05
+    )
+    for key in (
+        "overhead_ratio",
+        "overhead_untraced_ratio",
+        "overhead_ratio_fastest_runs",
+        "overhead_vs_inprocess_server_ratio",
+    ):
+        assert -1 < out[key] < 100, key
+    assert out["target_ratio"] == 0.15 and isinstance(out["ok"], bool)
+
+    cold = out["cold_round"]
+    assert set(cold) == {"stages_direct_s", "flow_s", "overhead_ratio"}
+    assert cold["stages_direct_s"] > 0 and cold["flow_s"] > 0 and -1 < cold["overhead_ratio"] < 100
+    median = out["median_round"]
+    assert median["flow_s"] == out["flow_runs_s"][0]
+    assert median["stages_direct_s"] == out["stages_direct_runs_s"][0]
+    # The parts add up to the whole (to the rounding of each figure).
+    parts = median["direct_parts_s"]
+    assert set(parts) == {"curation_s", "provision_s", "rollout_s"}
+    assert all(v >= 0 for v in parts.values())
+    assert parts["curation_s"] + parts["rollout_s"] == pytest.approx(
+        median["stages_direct_s"], abs=0.02
+    )
+    assert parts["provision_s"] <= parts["rollout_s"] + 0.01
+    flow_parts = median["flow_parts_s"]
+    assert set(flow_parts) == {
+        "curation_s",
+        "rollout_stage_s",
+        "provision_s",
+        "rollout_s",
+        "trace_write_s",
+    }
+    assert all(v >= 0 for v in flow_parts.values())
+    assert flow_parts["curation_s"] + flow_parts["rollout_stage_s"] <= median["flow_s"] + 0.02
+    assert median["trace_write_wall_ms_per_trace"] >= 0
+    assert out["mlflow_store_setup_s"] > 0 and out["stages_direct_inprocess_server_s"] > 0
+
+
+def test_tracing_part_times_traced_and_untraced_rollout_flows(bench, prefect_api, tmp_path):
+    n_traj = 2
+    out = bench.bench_tracing(tmp_path, n_traj=n_traj, concurrency=2, rounds=1)
+
+    assert out["trajectories"] == out["traces"] == n_traj
+    assert out["spans"] >= 4 * n_traj  # at least one span per model call (4 turns each)
+    for label in ("untraced", "traced"):
+        scored = rows(
+            tmp_path / f"tracing-{label}" / "latest" / "trajectories" / "examples.scored.jsonl"
+        )
+        assert len(scored) == n_traj and all(r["turns"] == 4 for r in scored)
+    assert out["endpoint_delay_ms"] == 200
+    # One run of each; a rollout flow waits for its four 200 ms replies at least.
+    assert set(out["runs_s"]) == {"untraced", "traced"}
+    assert all(4 * 0.2 <= s < 600 for s in out["runs_s"].values())
+    assert out["rollout_flow_untraced_s"] == out["runs_s"]["untraced"]
+    assert out["rollout_flow_traced_s"] == out["runs_s"]["traced"]
+    assert out["tracing_added_ratio"] == out["tracing_added_ratio_median"]
+    assert out["tracing_added_ratio"] == pytest.approx(
+        out["rollout_flow_traced_s"] / out["rollout_flow_untraced_s"] - 1, abs=0.01
+    )
+    assert -1 < out["tracing_added_ratio"] < 100
+    assert out["target_ratio"] == 0.10 and isinstance(out["ok"], bool)
+    assert out["write_cost_per_trace_ms"] > 0
+    assert 0 < out["write_cost_per_span_ms"] <= out["write_cost_per_trace_ms"]
+
+
+def test_trace_write_part_counts_the_traces_it_wrote(bench, tmp_path):
+    n_traj, batch = 8, 4
+    out = bench.bench_trace_write(tmp_path, n_traj=n_traj, batch=batch)
+
+    # The store holds the two warm-up traces and the timed ones, with their spans.
+    with sqlite3.connect(tmp_path / "trace-write.db") as db:
+        traces = db.execute("SELECT count(*) FROM trace_info").fetchone()[0]
+        spans = db.execute("SELECT count(*) FROM spans").fetchone()[0]
+    assert traces == n_traj + 2
+
+    assert out["traces"] == n_traj and out["batch"] == batch
+    assert 1 < out["spans_per_trace"] < 100  # a root span and its children
+    assert spans >= round(out["spans_per_trace"] * n_traj)
+    assert out["cpu_ms_per_trace"] > 0 and out["wall_ms_per_trace"] > 0
+    assert out["traces_per_cpu_s"] == pytest.approx(1000 / out["cpu_ms_per_trace"], rel=0.05)

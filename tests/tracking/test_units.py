@@ -8,7 +8,14 @@ import time
 
 import pytest
 
-from twinkle.tracking import MLflowTracker, TraceWriter, build_spans, sampled, scrub_secrets
+from twinkle.tracking import (
+    MLflowTracker,
+    TraceWriter,
+    build_spans,
+    redact,
+    sampled,
+    scrub_secrets,
+)
 
 
 def _trajectory(i: int, error: str | None = None) -> dict:
@@ -105,6 +112,7 @@ def test_sampling_is_deterministic_and_close_to_the_rate():
     assert all(sampled(k, 1.0) for k in keys[:10]) and not any(sampled(k, 0.0) for k in keys[:10])
 
 
+@pytest.mark.slow
 def test_trace_writer_writes_feedback_and_never_duplicates(tmp_path):
     import mlflow
 
@@ -164,6 +172,8 @@ def test_runs_are_found_by_key_and_metrics_dedupe(tmp_path):
         )
     history = tracker.client.get_metric_history(stage, "drops.HardFilter.shallow_reply")
     assert [m.value for m in history] == [2.0]
+    metrics = tracker.client.get_run(stage).data.metrics
+    assert not [k for k in metrics if k.startswith("drop_reason.")]  # drops appear once
     runs = tracker.client.search_runs([tracker.experiment_id])
     assert len(runs) == 2
     artifacts = [a.path for a in tracker.client.list_artifacts(stage, "plots")]
@@ -177,6 +187,7 @@ def test_invalid_writer_settings_raise():
         TraceWriter("sqlite:///x.db", "1", "")
 
 
+@pytest.mark.slow
 def test_trace_writer_process_writes_in_a_helper_and_falls_back_when_it_cannot_start(tmp_path):
     import mlflow
 
@@ -210,6 +221,7 @@ def test_trace_writer_process_writes_in_a_helper_and_falls_back_when_it_cannot_s
     )
 
 
+@pytest.mark.slow
 def test_charts_are_drawn_by_the_helper_and_in_process_when_it_cannot_start(tmp_path):
     from twinkle.tracking import TraceWriterProcess
 
@@ -263,6 +275,7 @@ class _InProcessWriter:
         return write_trace_batch(*args, **kwargs)
 
 
+@pytest.mark.slow
 def test_trace_stream_writes_batches_while_trajectories_arrive_and_reports_failures(tmp_path):
     from twinkle.tracking import TraceStream
 
@@ -292,6 +305,7 @@ def test_trace_stream_writes_batches_while_trajectories_arrive_and_reports_failu
         broken.close()
 
 
+@pytest.mark.slow
 def test_trace_stream_close_flushes_at_once_instead_of_waiting_for_a_full_batch(tmp_path):
     """close() must not wait out ``max_wait_s`` for a batch that cannot fill any more: the
     flow's rollout stage waits on it (a 1 s wait was 11% of a 9 s rollout)."""
@@ -354,3 +368,47 @@ def test_scrub_text_prefilter_never_changes_the_result():
         assert scrub_mod.scrub_text(text) == full(text)
 
     check()
+
+
+def test_redact_hides_url_credentials_but_keeps_variable_names():
+    params = {
+        "policy": {"base_url": "http://user:PASS1234@host:8000/v1", "api_key_env": "OPENAI_KEY"},
+        "sandbox": {"api_url": "https://tok_abcdefgh12@e2b.dev", "api_key_env": "E2B_API_KEY"},
+        "note": "see http://host/x and mail a@b.com",
+        "odd_env": "sk-live-abcdef123456",
+        "api_key": "plain",
+    }
+    assert redact(params) == {
+        "policy": {"base_url": "http://user:[REDACTED]@host:8000/v1", "api_key_env": "OPENAI_KEY"},
+        "sandbox": {"api_url": "https://[REDACTED]@e2b.dev", "api_key_env": "E2B_API_KEY"},
+        "note": "see http://host/x and mail a@b.com",
+        "odd_env": "[REDACTED]",
+        "api_key": "[REDACTED]",
+    }
+
+
+def test_runs_carry_names_tags_datasets_and_the_stage_s_own_times(tmp_path):
+    tracker = MLflowTracker(
+        f"sqlite:///{tmp_path}/mlflow.db", artifact_location=str(tmp_path / "art")
+    )
+    tags = {"prefect.flow_run_id": "fr-1", "prefect.flow_run_url": "http://u:pw123456@ui/x"}
+    run = tracker.start_run("k", name="chirpy-guan", tags=tags, params={"url": "http://a:b@h"})
+    again = tracker.start_run("k", name="brave-otter", tags={"prefect.flow_run_id": "fr-2"})
+    got = tracker.client.get_run(run)
+    assert again == run and got.info.run_name == "brave-otter"
+    assert got.data.tags["prefect.flow_run_id"] == "fr-2"
+    assert got.data.tags["prefect.flow_run_url"] == "http://u:[REDACTED]@ui/x"
+    assert got.data.params["url"] == "http://a:[REDACTED]@h"
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"id": 1}\n')
+    fields = tracker.log_dataset(run, str(data), context="input")
+    inputs = tracker.client.get_run(run).inputs.dataset_inputs
+    assert [(d.dataset.name, d.dataset.digest) for d in inputs] == [
+        ("rows.jsonl", fields["digest"])
+    ]
+    assert str(data) in inputs[0].dataset.source and inputs[0].tags[0].value == "input"
+    start = time.time() - 13.0
+    stage = tracker.start_stage(run, "k", "curation", start_time=start)
+    tracker.end_run(stage, end_time=start + 13.0)
+    info = tracker.client.get_run(stage).info
+    assert info.end_time - info.start_time == 13000

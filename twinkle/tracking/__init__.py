@@ -4,12 +4,12 @@ MLflow itself is imported only inside the functions that talk to it, so importin
 ``twinkle.tracking`` stays cheap and works without a tracking server.
 
 Example:
-    >>> from twinkle.tracking import scrub_secrets
-    >>> scrub_secrets({'api_key': 'sk-live-123456'})
-    {'api_key': '[REDACTED]'}
+    >>> from twinkle.tracking import redact
+    >>> redact({'api_key': 'sk-live-123456', 'base_url': 'http://me:pw1234@host/v1'})
+    {'api_key': '[REDACTED]', 'base_url': 'http://me:[REDACTED]@host/v1'}
 """
 
-from twinkle.tracking.scrub import REDACTED, is_secret_name, scrub_secrets, scrub_text
+from twinkle.tracking.scrub import REDACTED, is_secret_name, redact, scrub_secrets, scrub_text
 from twinkle.tracking.traces import (
     SpanRecord,
     TraceReport,
@@ -33,6 +33,7 @@ __all__ = [
     "flatten",
     "is_secret_name",
     "metric_key",
+    "redact",
     "sampled",
     "scrub_secrets",
     "scrub_text",

@@ -2,24 +2,28 @@
 tool call.
 
 MLflow (imported lazily) is the tracing backend; the MLflow UI shows each trace as a tree
-with inputs, outputs, timings, tags, and each reward as a feedback assessment, and groups
+with inputs, outputs, timings, tags, and each reward as a feedback assessment (with its
+rationale: the scoring outcome, the extracted answer, why a reward is missing), and groups
 the traces of one flow run into a session (trace metadata ``mlflow.trace.session``).
 
-Why traces are written in bulk rather than through ``mlflow.start_span``: the fluent API
-exports every span in its own database transaction as it ends; on a SQLite store that costs
-about 75 ms of CPU per 9-span trace (measured here, 2-core machine), while one
-``start_trace`` per trace (tags, metadata and assessments) plus one ``log_spans`` call for
-all spans of a batch costs about 18 ms per trace. Trajectories are finished when they are traced
-(the rollout records each turn's timings), so nothing is lost by writing them after the fact.
-Stores without span logging fall back to the fluent API.
+Only MLflow's public tracing API is used, so MLflow can be upgraded freely:
+``mlflow.start_span_no_context`` builds each trace's span tree with the timings the rollout
+recorded (``start_time_ns``/``end_time_ns``), tags and metadata on the root span, then
+``mlflow.flush_trace_async_logging`` and one ``mlflow.log_feedback`` per reward. MLflow
+exports spans in the background (its batch span processor and async export queue), and
+with an HTTP tracking URI through the server's REST/OTLP endpoints; twinkle runs this in a
+helper process (``twinkle.tracking.writer``) so it never shares the rollout's GIL.
+MLflow's tracing destination is process-global: a batch sets the tracking URI for its
+duration (and restores it, outside the helper), one batch at a time per process.
 
 Guarantees:
 * secrets are scrubbed from every payload, tag and attribute (``scrub_secrets``);
 * ``sample_rate`` keeps a deterministic share of trajectories (hash of the trace key, so a
   retried task makes the same choice), ``max_spans`` and ``max_payload_chars`` /
-  ``max_trace_chars`` bound a trace's size;
-* idempotent: trace ids are derived from ``session`` and the trajectory key, and traces
-  already stored for the session are skipped, so a retried task never duplicates one.
+  ``max_trace_chars`` bound a trace's size; an LLM span's inputs are the messages the model
+  was sent, the most recent that fit the payload cap (``omitted_messages`` counts the rest);
+* idempotent: each trace carries its session and trajectory key as tags, and keys already
+  stored for the session are skipped, so a retried task never duplicates one.
 
 Per-call timings come from the rollout's ``turn_log`` (see ``twinkle.rollout.base``): each
 ``llm`` entry becomes an LLM span, each ``tool`` entry a TOOL span, with its recorded start
@@ -35,30 +39,33 @@ Example:
 
 from __future__ import annotations
 
-import base64
+import contextlib
 import hashlib
 import json
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from twinkle.data_format import message_text, normalize_tool_calls, user_data_get
-from twinkle.tracking.scrub import scrub_secrets
+from twinkle.tracking.scrub import scrub_secrets, scrub_text
 
 _TRUNCATED = "...[truncated by twinkle: {n} more chars]"
-# One writer at a time per store in this process: concurrent SQLite writers only wait on
-# each other's locks (measured: 2 threads took 34 ms per trace each instead of 12 ms).
-_STORE_LOCKS: dict[str, threading.Lock] = {}
+# One batch at a time per process: MLflow's tracing destination (the tracking URI) is global.
+_WRITE_LOCK = threading.Lock()
 _LOCKS_GUARD = threading.Lock()
 #: Trace keys known per (tracking URI, experiment, session) in this process; see write_trace_batch.
 _KNOWN_KEYS: dict[tuple[str, str, str], set[str]] = {}
-
-
-def _store_lock(uri: str) -> threading.Lock:
-    with _LOCKS_GUARD:
-        return _STORE_LOCKS.setdefault(uri, threading.Lock())
+#: Set in the trace writer's helper process (``twinkle.tracking.writer``), which traces to
+#: one store with MLflow's export tuned for it: the tracking URI a batch sets is kept, not
+#: restored (restoring resets MLflow's tracer each batch), and a batch waits for its traces
+#: by looking them up rather than through ``mlflow.flush_trace_async_logging`` (whose export
+#: queue takes 1-2 s to stop and restart, per batch).
+HELPER_PROCESS = False
+#: How long a batch waits for MLflow's background export to store its traces.
+STORE_TIMEOUT_S = 120.0
 
 
 _FAILED_STOPS = {"api_error", "error", "abort", "sandbox_error", "env_error"}
@@ -81,8 +88,8 @@ class SpanRecord:
 
 @dataclass(slots=True)
 class TraceReport:
-    """What one ``TraceWriter.write`` call did; ``trace_ids`` aligns with its input (None = not
-    traced)."""
+    """What one ``TraceWriter.write`` call did; ``trace_ids`` aligns with its input (the MLflow
+    trace id; None = not written by this call: not sampled, or already there)."""
 
     written: int = 0
     skipped_existing: int = 0
@@ -132,6 +139,34 @@ def _clip(value: Any, limit: int, budget: list[int]) -> Any:
         return value
     budget[0] -= allowed
     return text[:allowed] + _TRUNCATED.format(n=len(text) - allowed)
+
+
+def _messages_within(messages: list[dict[str, Any]], limit: int, budget: list[int]) -> Any:
+    """The messages a model call was sent, as an LLM span's inputs (``{'messages': [...]}``,
+    which the MLflow UI shows as a chat): the most recent that fit ``limit`` characters and
+    what is left of the trace budget, ``omitted_messages`` counting the earlier ones left
+    out. A last message alone over the limit is cut like any payload."""
+    allowed = max(0, min(limit, budget[0]))
+    kept: list[Any] = []
+    used = 0
+    for message in reversed(messages):
+        message = scrub_secrets(message)
+        size = len(json.dumps(message, ensure_ascii=False, default=str)) + 2
+        if used + size > allowed:
+            break
+        kept.append(message)
+        used += size
+    if not kept and messages:  # the last message alone is over the cap: cut it
+        return {
+            "messages": [],
+            "last_message": _clip(messages[-1], limit, budget),
+            "omitted_messages": len(messages) - 1,
+        }
+    budget[0] -= used
+    inputs: dict[str, Any] = {"messages": kept[::-1]}
+    if len(kept) < len(messages):
+        inputs["omitted_messages"] = len(messages) - len(kept)
+    return inputs
 
 
 def build_spans(
@@ -190,7 +225,7 @@ def build_spans(
                     "tool_calls": normalize_tool_calls(msg),
                     "reasoning_content": msg.get("reasoning_content"),
                 }
-            before = messages[(pos if pos is not None else len(messages)) - 1] if messages else None
+            sent = messages[: pos if pos is not None else len(messages)]
             children.append(
                 SpanRecord(
                     name=f"llm_call_{turn}",
@@ -198,14 +233,7 @@ def build_spans(
                     parent=0,
                     start_ns=start,
                     end_ns=end,
-                    inputs=_clip(
-                        {
-                            "last_message": before,
-                            "history_len": pos if pos is not None else len(messages),
-                        },
-                        max_payload_chars,
-                        budget,
-                    ),
+                    inputs=_messages_within(sent, max_payload_chars, budget),
                     outputs=_clip(outputs, max_payload_chars, budget),
                     attributes={k: v for k, v in attrs.items() if v is not None},
                     error=entry.get("error") or None,
@@ -302,18 +330,14 @@ def _tool_name(tool: Any) -> Any:
     return str(tool)
 
 
-def _b64(raw: bytes) -> str:
-    return base64.b64encode(raw).decode()
-
-
 class TraceWriter:
     """Writes trajectories as MLflow traces, with rewards as feedback, grouped in a session.
 
     Args:
         tracking_uri: MLflow tracking URI (``sqlite:////abs/mlflow.db`` or ``http://...``).
         experiment_id: experiment that holds the traces.
-        session: groups the traces of one flow run (``mlflow.trace.session``); also part
-            of each trace's identity, so the same session never gets a trace twice.
+        session: groups the traces of one flow run (``mlflow.trace.session``); with the
+            trajectory key, a trace's identity, so the same session never gets a trace twice.
         run_id: MLflow run the traces are linked to (shown in the run's Traces tab).
         dataset: value of the ``dataset`` tag on every trace.
         sample_rate: share of trajectories traced (deterministic per trajectory key).
@@ -359,10 +383,6 @@ class TraceWriter:
         self.max_payload_chars = max_payload_chars
         self.max_trace_chars = max_trace_chars
 
-    def trace_id_for(self, key: str) -> str:
-        """The deterministic MLflow trace id of trajectory ``key`` in this session."""
-        return "tr-" + hashlib.md5(f"{self.session}\x00{key}".encode()).hexdigest()
-
     def existing_keys(self) -> set[str]:
         """Trajectory keys this session already traced (one search query)."""
         from mlflow import MlflowClient
@@ -395,25 +415,25 @@ class TraceWriter:
         ``existing``: keys this session is known to hold already (skips the search query,
         which grows with the session); updated in place with the keys written here, so a
         caller streaming batches keeps one set instead of searching per batch.
+        ``TraceReport.trace_ids``: the MLflow id of each trace written here (None: not
+        sampled, or already there).
         """
         started = time.perf_counter()
         report = TraceReport()
         if existing is None:
             existing = self.existing_keys()
-        pending: list[tuple[Any, list[Any]]] = []
-        written: list[str] = []
+        pending: list[_Pending] = []
+        slots: list[int] = []
         seen: set[str] = set()
         for i, traj in enumerate(trajectories):
             key = keys[i] if keys is not None else trajectory_key(traj, i)
             if key in seen:  # repeated ids in one batch: the position keeps keys unique and stable
                 key = f"{key}~{i}"
             seen.add(key)
+            report.trace_ids.append(None)
             if not sampled(f"{self.session}/{key}", self.sample_rate):
                 report.unsampled += 1
-                report.trace_ids.append(None)
                 continue
-            trace_id = self.trace_id_for(key)
-            report.trace_ids.append(trace_id)
             if key in existing:
                 report.skipped_existing += 1
                 continue
@@ -424,23 +444,23 @@ class TraceWriter:
                 max_trace_chars=self.max_trace_chars,
             )
             reward = dict(rewards[i] or {}) if rewards is not None and i < len(rewards) else {}
-            pending.append(self._entities(trace_id, key, traj, spans, reward))
+            pending.append(_Pending(key, traj, spans, reward))
+            slots.append(i)
             report.spans += len(spans)
-            written.append(key)
-        with _store_lock(self.tracking_uri):
-            self._store(pending)
-        existing.update(written)  # only once stored: a failed batch is retried in full
+        with _WRITE_LOCK:
+            trace_ids = self._store(pending)
+        for i, trace_id in zip(slots, trace_ids):
+            report.trace_ids[i] = trace_id
+        existing.update(p.key for p in pending)  # only once stored: a failed batch is retried
         report.written = len(pending)
         report.seconds = time.perf_counter() - started
         return report
 
-    # -- MLflow entities ---------------------------------------------------------------
+    # -- what a trace carries ----------------------------------------------------------
     def _tags(
         self, key: str, row_id: str, traj: Mapping[str, Any], reward: Mapping[str, Any]
     ) -> dict[str, str]:
         tags = {
-            "mlflow.traceName": "trajectory",
-            "mlflow.trace.spansLocation": "TRACKING_STORE",
             "twinkle.session": self.session,
             "twinkle.trace_key": key,
             "row_id": row_id,
@@ -450,156 +470,188 @@ class TraceWriter:
         if self.dataset:
             tags["dataset"] = self.dataset
         if traj.get("error"):
-            tags["error"] = str(scrub_secrets(str(traj["error"])))[:500]
+            tags["error"] = str(traj["error"])[:500]
         for name, value in reward.items():
             tags[f"reward.{name}"] = "null" if value is None else str(value)
-        return tags
+        # Values only: names like ``twinkle.trace_key`` are twinkle's own, not secrets.
+        return {k: scrub_text(v) for k, v in tags.items()}
 
-    def _entities(
-        self,
-        trace_id: str,
-        key: str,
-        traj: Mapping[str, Any],
-        records: list[SpanRecord],
-        reward: Mapping[str, Any],
-    ) -> tuple[Any, list[Any]]:
-        from mlflow.entities import AssessmentError, AssessmentSource, Feedback, Span, TraceInfo
-        from mlflow.entities.trace_location import TraceLocation
-        from mlflow.entities.trace_state import TraceState
-
-        otel_trace = bytes.fromhex(trace_id[3:])
-        span_ids = [
-            hashlib.md5(f"{trace_id}/{i}".encode()).digest()[:8] for i in range(len(records))
-        ]
-        spans = []
-        for i, rec in enumerate(records):
-            attrs = {
-                "mlflow.traceRequestId": json.dumps(trace_id),
-                "mlflow.spanType": json.dumps(rec.span_type),
-                "mlflow.spanInputs": json.dumps(rec.inputs, ensure_ascii=False, default=str),
-                "mlflow.spanOutputs": json.dumps(rec.outputs, ensure_ascii=False, default=str),
-            }
-            for k, v in rec.attributes.items():
-                attrs[k] = json.dumps(scrub_secrets(v), default=str)
-            spans.append(
-                Span.from_dict(
-                    {
-                        "trace_id": _b64(otel_trace),
-                        "span_id": _b64(span_ids[i]),
-                        "parent_span_id": _b64(span_ids[rec.parent])
-                        if rec.parent is not None
-                        else None,
-                        "name": rec.name,
-                        "start_time_unix_nano": rec.start_ns,
-                        "end_time_unix_nano": rec.end_ns,
-                        "events": [],
-                        "status": {
-                            "code": "STATUS_CODE_ERROR" if rec.error else "STATUS_CODE_OK",
-                            "message": (rec.error or "")[:500],
-                        },
-                        "attributes": attrs,
-                    }
-                )
-            )
-        root = records[0]
-        source = AssessmentSource(source_type="CODE", source_id="twinkle")
-        assessments = []
-        for name, value in reward.items():
-            if isinstance(value, (bool, int, float)):
-                assessments.append(
-                    Feedback(name=name, value=float(value), source=source, trace_id=trace_id)
-                )
-            elif value is None:
-                assessments.append(
-                    Feedback(
-                        name=name,
-                        source=source,
-                        trace_id=trace_id,
-                        error=AssessmentError(
-                            error_code="REWARD_UNAVAILABLE", error_message="reward not computed"
-                        ),
-                    )
-                )
-            else:
-                assessments.append(
-                    Feedback(name=name, value=str(value), source=source, trace_id=trace_id)
-                )
-        metadata = {"mlflow.trace.session": self.session, "mlflow.trace_schema.version": "3"}
+    def _metadata(self) -> dict[str, str]:
+        metadata = {"mlflow.trace.session": self.session}
         if self.run_id:
             metadata["mlflow.sourceRun"] = self.run_id
-        info = TraceInfo(
-            trace_id=trace_id,
-            trace_location=TraceLocation.from_experiment_id(self.experiment_id),
-            request_time=root.start_ns // 1_000_000,
-            execution_duration=max(0, (root.end_ns - root.start_ns) // 1_000_000),
-            state=TraceState.ERROR if root.error else TraceState.OK,
-            request_preview=_preview(root.inputs),
-            response_preview=_preview(root.outputs),
-            client_request_id=f"{self.session}/{key}",
-            trace_metadata=metadata,
-            tags=self._tags(key, _row_id(traj, key), traj, reward),
-            assessments=assessments,
-        )
-        return info, spans
+        return metadata
 
-    def _store(self, pending: list[tuple[Any, list[Any]]]) -> None:
+    # -- writing, through MLflow's public tracing API ----------------------------------
+    def _store(self, pending: list[_Pending]) -> list[str]:
+        """Write ``pending`` (span trees, then feedback); returns their MLflow trace ids."""
         if not pending:
-            return
-        from mlflow import MlflowClient
-        from mlflow.store.tracking.abstract_store import AbstractStore
-
-        # MLflow has no public bulk trace writer; the store's entity API is what its own
-        # exporter calls. The whole batch, trace records and spans, goes in one transaction
-        # (``twinkle.tracking.bulk``): a few ms of CPU per trace instead of ~85 ms through the
-        # span-by-span exporter.
-        store = MlflowClient(self.tracking_uri)._tracking_client.store
-        if type(store).log_spans is AbstractStore.log_spans:  # e.g. a file store
-            for info, spans in pending:
-                self._write_fluent(info, spans)
-            return
-        from twinkle.tracking.bulk import write_traces
-
-        write_traces(store, self.experiment_id, pending)
-
-    def _write_fluent(self, info: Any, spans: list[Any]) -> None:
-        """Fallback for stores without span logging: the public tracing API, span by span."""
+            return []
         import mlflow
 
-        by_id = {}
-        for span in spans:
-            parent = by_id.get(span.parent_id)
-            live = mlflow.start_span_no_context(
-                span.name,
-                span_type=span.span_type,
-                parent_span=parent,
-                inputs=span.inputs,
-                attributes={
-                    k: v for k, v in span.attributes.items() if not k.startswith("mlflow.")
-                },
-                tags=info.tags if parent is None else None,
-                metadata=info.trace_metadata if parent is None else None,
-                experiment_id=self.experiment_id,
-                start_time_ns=span.start_time_ns,
+        batch = uuid.uuid4().hex
+        with _tracing_to(self.tracking_uri):
+            trace_ids = [self._trace(mlflow, p, batch) for p in pending]
+            # Spans are exported in the background; a trace must be stored before feedback
+            # can be attached to it.
+            self._wait_stored(mlflow, batch, len(pending))
+            for trace_id, p in zip(trace_ids, pending):
+                self._feedback(mlflow, trace_id, p.trajectory, p.reward)
+        return trace_ids
+
+    def _wait_stored(self, mlflow: Any, batch: str, n: int) -> None:
+        """Until the ``n`` traces of ``batch`` are in the store. In the helper process (whose
+        span batches export every 50 ms): look them up by their batch tag, then
+        ``mlflow.flush_trace_async_logging`` if they are late; elsewhere flush at once."""
+        if not HELPER_PROCESS:
+            mlflow.flush_trace_async_logging()
+            return
+        from mlflow import MlflowClient
+
+        client = MlflowClient(self.tracking_uri)
+        deadline = time.monotonic() + STORE_TIMEOUT_S
+        time.sleep(min(0.5, 0.004 * n))  # about what exporting them takes
+        while True:
+            found = client.search_traces(
+                locations=[self.experiment_id],
+                filter_string=f"tag.`twinkle.batch` = '{batch}'",
+                include_spans=False,
+                max_results=max(n, 1),
             )
-            by_id[span.span_id] = live
-        for span in reversed(spans):
-            by_id[span.span_id].end(outputs=span.outputs, end_time_ns=span.end_time_ns)
-        trace_id = by_id[spans[0].span_id].trace_id
-        mlflow.flush_trace_async_logging()
-        for a in info.assessments:
+            if len(found) >= n:
+                return
+            if time.monotonic() > deadline:
+                mlflow.flush_trace_async_logging()  # the feedback then fails for one not stored
+                return
+            time.sleep(0.05)
+
+    def _trace(self, mlflow: Any, p: _Pending, batch: str) -> str:
+        from mlflow.entities import NoOpSpan
+
+        root_rec, *children = p.spans
+        tags = self._tags(p.key, _row_id(p.trajectory, p.key), p.trajectory, p.reward)
+        root = mlflow.start_span_no_context(
+            root_rec.name,
+            span_type=root_rec.span_type,
+            inputs=root_rec.inputs,
+            attributes=_attributes(root_rec),
+            tags={**tags, "twinkle.batch": batch},
+            metadata=self._metadata(),
+            experiment_id=self.experiment_id,
+            start_time_ns=root_rec.start_ns,
+        )
+        if isinstance(root, NoOpSpan):
+            raise RuntimeError(
+                "MLflow tracing is disabled in this process (mlflow.tracing.disable() or "
+                "MLFLOW_TRACING_ENABLED=false): no trace can be written"
+            )
+        for rec in children:
+            span = mlflow.start_span_no_context(
+                rec.name,
+                span_type=rec.span_type,
+                parent_span=root,
+                inputs=rec.inputs,
+                attributes=_attributes(rec),
+                start_time_ns=rec.start_ns,
+            )
+            span.end(outputs=rec.outputs, status=_status(rec), end_time_ns=rec.end_ns)
+        root.end(outputs=root_rec.outputs, status=_status(root_rec), end_time_ns=root_rec.end_ns)
+        return root.trace_id
+
+    def _feedback(
+        self, mlflow: Any, trace_id: str, traj: Mapping[str, Any], reward: Mapping[str, Any]
+    ) -> None:
+        from mlflow.entities import AssessmentError, AssessmentSource
+
+        source = AssessmentSource(source_type="CODE", source_id="twinkle")
+        for name, value in reward.items():
+            if value is None:
+                mlflow.log_feedback(
+                    trace_id=trace_id,
+                    name=name,
+                    source=source,
+                    error=AssessmentError(
+                        error_code="REWARD_UNAVAILABLE",
+                        error_message=str(
+                            scrub_secrets(str(traj.get("reward_error") or "reward not computed"))
+                        )[:1000],
+                    ),
+                )
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                value = str(value)
+            else:
+                value = float(value)
             mlflow.log_feedback(
-                trace_id=trace_id, name=a.name, value=a.value, source=a.source, error=a.error
+                trace_id=trace_id,
+                name=name,
+                value=value,
+                source=source,
+                rationale=rationale(traj, name, value),
             )
+
+
+@dataclass(slots=True)
+class _Pending:
+    key: str
+    trajectory: Mapping[str, Any]
+    spans: list[SpanRecord]
+    reward: dict[str, Any]
+
+
+def rationale(traj: Mapping[str, Any], name: str, value: Any) -> str | None:
+    """Why reward ``name`` of ``traj`` is ``value``, from what scoring left on the trajectory:
+    the outcome (``reward_outcome``), the answer extracted from the reply
+    (``extracted_answer``) and the scorer's note (``reward_error``).
+
+    Example:
+        >>> rationale({'reward_outcome': 'correct', 'extracted_answer': '18'}, 'total', 1.0)
+        "total = 1.0: outcome correct; extracted answer '18'"
+    """
+    parts = []
+    if traj.get("reward_outcome"):
+        parts.append(f"outcome {traj['reward_outcome']}")
+    answer = traj.get("extracted_answer")
+    if answer not in (None, ""):
+        parts.append(f"extracted answer {str(answer)[:500]!r}")
+    if traj.get("reward_error"):
+        parts.append(f"note: {str(traj['reward_error'])[:500]}")
+    if not parts:
+        return None
+    return str(scrub_secrets(f"{name} = {value}: " + "; ".join(parts)))
+
+
+def _attributes(rec: SpanRecord) -> dict[str, Any]:
+    return {k: scrub_secrets(v) for k, v in rec.attributes.items()}
+
+
+def _status(rec: SpanRecord) -> Any:
+    if not rec.error:
+        return "OK"
+    from mlflow.entities import SpanStatus, SpanStatusCode
+
+    return SpanStatus(SpanStatusCode.ERROR, description=str(scrub_secrets(rec.error))[:500])
+
+
+@contextlib.contextmanager
+def _tracing_to(uri: str) -> Any:
+    """MLflow's (process-global) tracking URI set to ``uri`` for a batch; restored after,
+    unless this is the trace writer's helper process (``HELPER_PROCESS``)."""
+    import mlflow
+
+    previous = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
+    if previous != uri:
+        mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        if previous != uri and not HELPER_PROCESS:
+            mlflow.set_tracking_uri(previous)
 
 
 def _row_id(traj: Mapping[str, Any], key: str) -> str:
     row = trajectory_key(traj, -1)
     return key if row == "#-1" else row
-
-
-def _preview(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    return text[:1000]
 
 
 def _quote(value: str) -> str:
@@ -628,7 +680,8 @@ def write_trace_batch(
     """``TraceWriter(...).write(...)`` as one picklable call returning a plain dict.
 
     What ``twinkle.tracking.writer.TraceWriterProcess`` runs in its helper process, so that
-    trace writing (CPU-bound SQLAlchemy work) does not share the GIL with rollouts.
+    trace writing (CPU-bound span export and store writes) does not share the GIL with
+    rollouts.
     """
     writer = TraceWriter(tracking_uri, experiment_id, session, **writer_kwargs)
     # Keys traced per session, kept for the life of this process: batches streamed from a
@@ -654,6 +707,7 @@ def write_trace_batch(
 def warm_up() -> bool:
     """Import what trace writing needs (run first in a writer process, off the critical path)."""
     import mlflow.entities  # noqa: F401
+    import mlflow.tracing  # noqa: F401
     from mlflow import MlflowClient  # noqa: F401
 
     return True

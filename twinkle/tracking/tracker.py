@@ -13,7 +13,8 @@ Idempotent on retries:
   duplicates, so logging the same figures twice stores them once;
 * artifacts are overwritten in place; traces are keyed per session (``TraceWriter``).
 
-Secrets never reach MLflow: parameters and tags go through ``scrub_secrets``.
+Secrets never reach MLflow: parameters, tags, run names and JSON artifacts go through
+``redact`` (credentials in URLs included).
 
 Example:
     >>> t = MLflowTracker('sqlite:////tmp/x/mlflow.db',  # doctest: +SKIP
@@ -36,7 +37,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from twinkle.tracking.scrub import scrub_secrets
+from twinkle.tracking.scrub import redact
 from twinkle.tracking.traces import TraceWriter, is_failed, summarize_rewards
 
 _KEY_RE = re.compile(r"[^\w.\-/ ]+")
@@ -72,6 +73,8 @@ class MLflowTracker:
         experiment: experiment name, created on first use.
         artifact_location: absolute directory (or URI) for a new experiment's artifacts; a
             SQLite store otherwise puts them under the working directory of the first run.
+        log_dropped_rows: whether the flows upload the rows curation dropped (after their
+            PII rewrite); off, only their counts reach MLflow.
 
     Example:
         >>> t = MLflowTracker(f'sqlite:///{tmp}/mlflow.db',  # doctest: +SKIP
@@ -82,13 +85,19 @@ class MLflowTracker:
     """
 
     def __init__(
-        self, tracking_uri: str, experiment: str = "twinkle", artifact_location: str | None = None
+        self,
+        tracking_uri: str,
+        experiment: str = "twinkle",
+        artifact_location: str | None = None,
+        *,
+        log_dropped_rows: bool = False,
     ) -> None:
         if not tracking_uri:
             raise ValueError("tracking_uri is required (e.g. sqlite:////abs/path/mlflow.db)")
         self.tracking_uri = tracking_uri
         self.experiment = experiment
         self.artifact_location = artifact_location
+        self.log_dropped_rows = log_dropped_rows
         self._experiment_id: str | None = None
         self._start_times: dict[str, int] = {}
 
@@ -138,9 +147,15 @@ class MLflowTracker:
         params: Mapping[str, Any] | None = None,
         tags: Mapping[str, str] | None = None,
     ) -> str:
-        """The run of flow run ``run_key``: found by tag, else created; set RUNNING."""
+        """The run of flow run ``run_key``: found by tag, else created; set RUNNING.
+
+        ``name`` (the flow run's name, so both UIs show one name) and ``tags`` (the flow
+        run's id and UI address, ...) are set on a run found again too: a rerun of the key
+        points at its latest flow run.
+        """
         # The key tag is twinkle's own identity, not a secret: only user tags are scrubbed.
-        tags = {**scrub_secrets(dict(tags or {})), "twinkle.run_key": run_key}
+        tags = {**redact(dict(tags or {})), "twinkle.run_key": run_key}
+        name = redact(name) if name else None
         run_id = self._find("twinkle.run_key", run_key)
         client = self.client
         if run_id is None:
@@ -148,21 +163,32 @@ class MLflowTracker:
                 self.experiment_id, run_name=name or run_key, tags=tags
             ).info.run_id
         else:
-            client.update_run(run_id, status="RUNNING")
+            client.update_run(run_id, status="RUNNING", name=name)
+            self.set_tags(run_id, {k: v for k, v in tags.items() if k != "twinkle.run_key"})
         if params:
             self.log_params(run_id, params)
         return run_id
 
     def start_stage(
-        self, parent_run_id: str, run_key: str, stage: str, params: Mapping[str, Any] | None = None
+        self,
+        parent_run_id: str,
+        run_key: str,
+        stage: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        start_time: float | None = None,
     ) -> str:
-        """The nested run of ``stage`` under ``parent_run_id`` (found by tag, else created)."""
+        """The nested run of ``stage`` under ``parent_run_id`` (found by tag, else created).
+
+        ``start_time`` (seconds since the epoch): when the stage began, for a stage logged
+        after it ran (its run's duration is then the stage's, not the logging's)."""
         key = f"{run_key}/{stage}"
         run_id = self._find("twinkle.stage_key", key)
         client = self.client
         if run_id is None:
             run_id = client.create_run(
                 self.experiment_id,
+                start_time=int(start_time * 1000) if start_time is not None else None,
                 run_name=stage,
                 tags={
                     "mlflow.parentRunId": parent_run_id,
@@ -177,15 +203,18 @@ class MLflowTracker:
             self.log_params(run_id, params)
         return run_id
 
-    def end_run(self, run_id: str, status: str = "FINISHED") -> None:
-        """Mark a run FINISHED, FAILED or KILLED."""
-        self.client.set_terminated(run_id, status=status)
+    def end_run(self, run_id: str, status: str = "FINISHED", end_time: float | None = None) -> None:
+        """Mark a run FINISHED, FAILED or KILLED; ``end_time`` (seconds since the epoch): when
+        its work ended, if not now."""
+        self.client.set_terminated(
+            run_id, status=status, end_time=int(end_time * 1000) if end_time is not None else None
+        )
 
     def set_tags(self, run_id: str, tags: Mapping[str, Any]) -> None:
         from mlflow.entities import RunTag
 
         self.client.log_batch(
-            run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in scrub_secrets(dict(tags)).items()]
+            run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in redact(dict(tags)).items()]
         )
 
     # -- params and metrics --------------------------------------------------------------
@@ -193,7 +222,7 @@ class MLflowTracker:
         """Flattened, scrubbed params; values JSON-encoded and cut to MLflow's size limit."""
         from mlflow.entities import Param
 
-        flat = flatten(scrub_secrets(dict(params)))
+        flat = flatten(redact(dict(params)))
         existing = self.client.get_run(run_id).data.params
         batch = []
         for k, v in flat.items():
@@ -226,8 +255,41 @@ class MLflowTracker:
         """Upload a file (overwrites the same path on retry)."""
         self.client.log_artifact(run_id, path, artifact_path)
 
+    def log_dataset(
+        self,
+        run_id: str,
+        path: str,
+        *,
+        context: str,
+        name: str | None = None,
+        digest: str | None = None,
+    ) -> dict[str, str]:
+        """Log the file at ``path`` as a dataset input of the run (``mlflow.data``: a
+        ``MetaDataset`` with the file as its source and ``digest``, by default the first 16
+        hex digits of the file's SHA-256); ``context`` says its role (``input``, ``curated``).
+        Shown in the run's Datasets column and its inputs. Returns the logged fields."""
+        from mlflow.data.meta_dataset import MetaDataset
+        from mlflow.data.sources import LocalArtifactDatasetSource
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        if digest is None:
+            digest = file_digest(path)
+        source = LocalArtifactDatasetSource(os.path.abspath(path))
+        dataset = MetaDataset(source, name=name or os.path.basename(path), digest=digest[:36])
+        fields = dataset.to_dict()
+        entity = Dataset(
+            name=fields["name"],
+            digest=fields["digest"],
+            source_type=fields["source_type"],
+            source=fields["source"],
+            schema=fields.get("schema"),
+        )
+        tags = [InputTag("mlflow.data.context", context)]
+        self.client.log_inputs(run_id, datasets=[DatasetInput(entity, tags=tags)])
+        return fields
+
     def log_json(self, run_id: str, obj: Any, artifact_file: str) -> None:
-        self.client.log_dict(run_id, scrub_secrets(obj), artifact_file)
+        self.client.log_dict(run_id, redact(obj), artifact_file)
 
     # -- stage summaries -------------------------------------------------------------------
     def log_curation(
@@ -238,7 +300,8 @@ class MLflowTracker:
         rows_out: int,
         render: Callable[[str, Any, str], str] | None = None,
     ) -> dict[str, int]:
-        """Rows in/out, drops per step and reason, seconds per step, and a drop-reason chart.
+        """Rows in/out, drops per step and reason (``drops.<step>.<reason>``, once each),
+        seconds per step, and a drop-reason chart.
 
         ``steps`` are per-step dicts ``{'step', 'rows_in', 'rows_out', 'dropped': {reason: n},
         'seconds'}`` (``PipelineStats`` / ``StepStats.as_dict()``). Returns the drop counts
@@ -259,11 +322,9 @@ class MLflowTracker:
             for reason, n in (st.get("dropped") or {}).items():
                 metrics[metric_key("drops", name, reason)] = n
                 drops[f"{name}/{reason}"] = drops.get(f"{name}/{reason}", 0) + int(n)
-        by_reason = Counter()
-        for key, n in drops.items():
-            by_reason[key.split("/", 1)[1]] += n
-        for reason, n in by_reason.items():
-            metrics[metric_key("drop_reason", reason)] = n
+            # Tagging steps (IntentClassifier) keep every row: their counts are the signal.
+            for tag, n in (st.get("tags") or {}).items():
+                metrics[metric_key("tags", name, tag)] = n
         self.log_metrics(run_id, metrics)
         self._log_chart(run_id, render, "drop_reasons", drops, "drop_reasons.png")
         return drops
@@ -357,6 +418,17 @@ class MLflowTracker:
     def trace_writer(self, run_id: str, session: str, **kwargs: Any) -> TraceWriter:
         """A ``TraceWriter`` whose traces link to ``run_id`` and group under ``session``."""
         return TraceWriter(self.tracking_uri, self.experiment_id, session, run_id=run_id, **kwargs)
+
+
+def file_digest(path: str) -> str:
+    """The first 16 hex digits of the SHA-256 of the file at ``path`` (a dataset's digest)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
 
 
 def _quantile(values: Iterable[float], q: float) -> float:
