@@ -25,10 +25,10 @@ Guarantees:
 * idempotent: each trace carries its session and trajectory key as tags, and keys already
   stored for the session are skipped, so a retried task never duplicates one.
 
-Per-call timings come from the rollout's ``turn_log`` (see ``twinkle.rollout.base``): each
-``llm`` entry becomes an LLM span, each ``tool`` entry a TOOL span, with its recorded start
-and latency. Trajectories without one (recorded data) get spans laid out 1 ms apart, and
-the root span says so (``timings = 'missing'``).
+The span tree of a trajectory comes from ``twinkle.tracking.spans`` (timings from the
+rollout's ``turn_log``), its payloads are scrubbed and capped by ``twinkle.tracking.payloads``
+and its rewards become feedback through ``twinkle.tracking.feedback``; the names those
+modules export that callers use are importable from here too.
 
 Example:
     >>> writer = TraceWriter('sqlite:////tmp/mlflow.db', experiment_id='1', session='run-1',
@@ -40,19 +40,34 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from twinkle.data_format import message_text, normalize_tool_calls, user_data_get
+from twinkle.tracking.feedback import log_feedback, rationale, summarize_rewards
 from twinkle.tracking.scrub import scrub_secrets, scrub_text
+from twinkle.tracking.spans import SpanRecord, build_spans, is_failed, sampled, trajectory_key
 
-_TRUNCATED = "...[truncated by twinkle: {n} more chars]"
+__all__ = [
+    "HELPER_PROCESS",
+    "STORE_TIMEOUT_S",
+    "SpanRecord",
+    "TraceReport",
+    "TraceWriter",
+    "build_spans",
+    "is_failed",
+    "rationale",
+    "sampled",
+    "summarize_rewards",
+    "trajectory_key",
+    "warm_up",
+    "write_trace_batch",
+]
+
+
 # One batch at a time per process: MLflow's tracing destination (the tracking URI) is global.
 _WRITE_LOCK = threading.Lock()
 _LOCKS_GUARD = threading.Lock()
@@ -68,24 +83,6 @@ HELPER_PROCESS = False
 STORE_TIMEOUT_S = 120.0
 
 
-_FAILED_STOPS = {"api_error", "error", "abort", "sandbox_error", "env_error"}
-
-
-@dataclass(slots=True)
-class SpanRecord:
-    """A span before it is written: neutral of the MLflow API that writes it."""
-
-    name: str
-    span_type: str
-    parent: int | None
-    start_ns: int
-    end_ns: int
-    inputs: Any = None
-    outputs: Any = None
-    attributes: dict[str, Any] = field(default_factory=dict)
-    error: str | None = None
-
-
 @dataclass(slots=True)
 class TraceReport:
     """What one ``TraceWriter.write`` call did; ``trace_ids`` aligns with its input (the MLflow
@@ -97,237 +94,6 @@ class TraceReport:
     spans: int = 0
     seconds: float = 0.0
     trace_ids: list[str | None] = field(default_factory=list)
-
-
-def trajectory_key(traj: Mapping[str, Any], index: int) -> str:
-    """Stable identity of a trajectory: its ``id``, a ``user_data`` id, else its position."""
-    for candidate in (traj.get("id"), _user_data(traj, "id"), _user_data(traj, "prompt_id")):
-        if candidate not in (None, ""):
-            return str(candidate)
-    return f"#{index}"
-
-
-def _user_data(traj: Mapping[str, Any], key: str) -> Any:
-    try:
-        return user_data_get(traj.get("user_data"), key)
-    except Exception:  # noqa: BLE001 - malformed user_data is the row's problem, not the tracer's
-        return None
-
-
-def is_failed(traj: Mapping[str, Any]) -> bool:
-    """A trajectory failed when its rollout stopped on an error or it carries one."""
-    return bool(traj.get("error")) or traj.get("stop_reason") in _FAILED_STOPS
-
-
-def sampled(key: str, rate: float) -> bool:
-    """Deterministic Bernoulli(rate) on ``key``: the same key always gets the same answer."""
-    if rate >= 1.0:
-        return True
-    if rate <= 0.0:
-        return False
-    h = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
-    return h / 2**64 < rate
-
-
-def _clip(value: Any, limit: int, budget: list[int]) -> Any:
-    """JSON-able ``value`` cut to ``limit`` chars and to what is left of the trace budget."""
-    value = scrub_secrets(value)
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    allowed = max(0, min(limit, budget[0]))
-    if len(text) <= allowed:
-        budget[0] -= len(text)
-        return value
-    budget[0] -= allowed
-    return text[:allowed] + _TRUNCATED.format(n=len(text) - allowed)
-
-
-def _messages_within(messages: list[dict[str, Any]], limit: int, budget: list[int]) -> Any:
-    """The messages a model call was sent, as an LLM span's inputs (``{'messages': [...]}``,
-    which the MLflow UI shows as a chat): the most recent that fit ``limit`` characters and
-    what is left of the trace budget, ``omitted_messages`` counting the earlier ones left
-    out. A last message alone over the limit is cut like any payload."""
-    allowed = max(0, min(limit, budget[0]))
-    kept: list[Any] = []
-    used = 0
-    for message in reversed(messages):
-        message = scrub_secrets(message)
-        size = len(json.dumps(message, ensure_ascii=False, default=str)) + 2
-        if used + size > allowed:
-            break
-        kept.append(message)
-        used += size
-    if not kept and messages:  # the last message alone is over the cap: cut it
-        return {
-            "messages": [],
-            "last_message": _clip(messages[-1], limit, budget),
-            "omitted_messages": len(messages) - 1,
-        }
-    budget[0] -= used
-    inputs: dict[str, Any] = {"messages": kept[::-1]}
-    if len(kept) < len(messages):
-        inputs["omitted_messages"] = len(messages) - len(kept)
-    return inputs
-
-
-def build_spans(
-    traj: Mapping[str, Any],
-    *,
-    max_spans: int = 64,
-    max_payload_chars: int = 4000,
-    max_trace_chars: int = 64000,
-    end_time: float | None = None,
-) -> list[SpanRecord]:
-    """The span tree of one trajectory: root AGENT span first, then LLM and TOOL children."""
-    messages = [m for m in (traj.get("messages") or []) if isinstance(m, dict)]
-    budget = [max_trace_chars]
-    first_reply = next(
-        (i for i, m in enumerate(messages) if m.get("role") == "assistant"), len(messages)
-    )
-    prompt = messages[:first_reply]
-    # Position of each assistant message (by turn) and each tool result (by call id).
-    replies = [
-        i for i in range(first_reply, len(messages)) if messages[i].get("role") == "assistant"
-    ]
-    tool_results = {m.get("tool_call_id"): m for m in messages if m.get("role") == "tool"}
-    log = [e for e in (traj.get("turn_log") or []) if isinstance(e, dict)]
-    if not log:
-        log = _log_from_messages(messages, replies)
-
-    children: list[SpanRecord] = []
-    synthetic = 0  # spans without recorded times are laid out 1 ms apart, then shifted
-    for entry in log:
-        start = entry.get("start_ns")
-        if not isinstance(start, int):
-            synthetic += 1
-            start = synthetic * 1_000_000
-        latency = entry.get("latency_s")
-        end = start + int((latency if isinstance(latency, (int, float)) else 0.0009) * 1e9)
-        turn = entry.get("turn") or 0
-        if entry.get("type") == "llm":
-            pos = replies[turn - 1] if 0 < turn <= len(replies) else None
-            msg = messages[pos] if pos is not None else None
-            usage = {
-                "input_tokens": entry.get("prompt_tokens"),
-                "output_tokens": entry.get("completion_tokens"),
-            }
-            attrs = {
-                "turn": turn,
-                "finish_reason": entry.get("finish_reason"),
-                "attempts": entry.get("attempts"),
-            }
-            if any(isinstance(v, int) for v in usage.values()):
-                usage = {k: int(v or 0) for k, v in usage.items()}
-                attrs["mlflow.chat.tokenUsage"] = {**usage, "total_tokens": sum(usage.values())}
-            outputs = None
-            if msg is not None and not entry.get("error"):
-                outputs = {
-                    "content": message_text(msg),
-                    "tool_calls": normalize_tool_calls(msg),
-                    "reasoning_content": msg.get("reasoning_content"),
-                }
-            sent = messages[: pos if pos is not None else len(messages)]
-            children.append(
-                SpanRecord(
-                    name=f"llm_call_{turn}",
-                    span_type="LLM",
-                    parent=0,
-                    start_ns=start,
-                    end_ns=end,
-                    inputs=_messages_within(sent, max_payload_chars, budget),
-                    outputs=_clip(outputs, max_payload_chars, budget),
-                    attributes={k: v for k, v in attrs.items() if v is not None},
-                    error=entry.get("error") or None,
-                )
-            )
-        elif entry.get("type") == "tool":
-            result = tool_results.get(entry.get("tool_call_id"))
-            out = message_text(result) if result else None
-            children.append(
-                SpanRecord(
-                    name=f"tool:{entry.get('name') or '?'}",
-                    span_type="TOOL",
-                    parent=0,
-                    start_ns=start,
-                    end_ns=end,
-                    inputs=_clip({"arguments": entry.get("arguments")}, max_payload_chars, budget),
-                    outputs=_clip(out, max_payload_chars, budget),
-                    attributes={
-                        "turn": turn,
-                        "tool_call_id": entry.get("tool_call_id"),
-                        "tool": entry.get("name"),
-                    },
-                    error=(out or "tool failed") if entry.get("error") else None,
-                )
-            )
-
-    dropped = max(0, len(children) - (max_spans - 1))
-    children = children[: max(0, max_spans - 1)]
-    if synthetic:  # shift the synthetic layout so its last span ends at the trajectory's end
-        shift = int((end_time or time.time()) * 1e9) - (synthetic + 1) * 1_000_000
-        for span in children:
-            if span.start_ns < 10**15:
-                span.start_ns += shift
-                span.end_ns += shift
-    now = int((end_time or time.time()) * 1e9)
-    start_ns = min((s.start_ns for s in children), default=now)
-    end_ns = max((s.end_ns for s in children), default=now)
-    root_attrs = {
-        "stop_reason": traj.get("stop_reason"),
-        "turns": traj.get("turns"),
-        "truncated": traj.get("truncated"),
-        "spans_dropped": dropped,
-        "timings": "missing" if synthetic else "recorded",
-    }
-    root = SpanRecord(
-        name="trajectory",
-        span_type="AGENT",
-        parent=None,
-        start_ns=start_ns,
-        end_ns=end_ns,
-        inputs=_clip(
-            {"messages": prompt, "tools": [_tool_name(t) for t in traj.get("tools") or []]},
-            max_payload_chars,
-            budget,
-        ),
-        outputs=_clip(
-            {
-                "final": message_text(messages[-1]) if messages else None,
-                "stop_reason": traj.get("stop_reason"),
-            },
-            max_payload_chars,
-            budget,
-        ),
-        attributes={k: v for k, v in root_attrs.items() if v is not None},
-        error=str(traj.get("error") or traj.get("stop_reason")) if is_failed(traj) else None,
-    )
-    return [root, *children]
-
-
-def _log_from_messages(messages: list[dict[str, Any]], replies: list[int]) -> list[dict[str, Any]]:
-    """A ``turn_log`` without times, for trajectories that carry none (recorded data)."""
-    log: list[dict[str, Any]] = []
-    for turn, pos in enumerate(replies, start=1):
-        log.append(
-            {"type": "llm", "turn": turn, "finish_reason": messages[pos].get("finish_reason")}
-        )
-        for call in normalize_tool_calls(messages[pos]) or []:
-            fn = call.get("function") if isinstance(call.get("function"), dict) else {}
-            log.append(
-                {
-                    "type": "tool",
-                    "turn": turn,
-                    "name": fn.get("name"),
-                    "arguments": fn.get("arguments"),
-                    "tool_call_id": call.get("id"),
-                }
-            )
-    return log
-
-
-def _tool_name(tool: Any) -> Any:
-    if isinstance(tool, dict):
-        return (tool.get("function") or {}).get("name", tool.get("name"))
-    return str(tool)
 
 
 class TraceWriter:
@@ -561,34 +327,7 @@ class TraceWriter:
     def _feedback(
         self, mlflow: Any, trace_id: str, traj: Mapping[str, Any], reward: Mapping[str, Any]
     ) -> None:
-        from mlflow.entities import AssessmentError, AssessmentSource
-
-        source = AssessmentSource(source_type="CODE", source_id="twinkle")
-        for name, value in reward.items():
-            if value is None:
-                mlflow.log_feedback(
-                    trace_id=trace_id,
-                    name=name,
-                    source=source,
-                    error=AssessmentError(
-                        error_code="REWARD_UNAVAILABLE",
-                        error_message=str(
-                            scrub_secrets(str(traj.get("reward_error") or "reward not computed"))
-                        )[:1000],
-                    ),
-                )
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                value = str(value)
-            else:
-                value = float(value)
-            mlflow.log_feedback(
-                trace_id=trace_id,
-                name=name,
-                value=value,
-                source=source,
-                rationale=rationale(traj, name, value),
-            )
+        log_feedback(mlflow, trace_id, traj, reward)
 
 
 @dataclass(slots=True)
@@ -597,28 +336,6 @@ class _Pending:
     trajectory: Mapping[str, Any]
     spans: list[SpanRecord]
     reward: dict[str, Any]
-
-
-def rationale(traj: Mapping[str, Any], name: str, value: Any) -> str | None:
-    """Why reward ``name`` of ``traj`` is ``value``, from what scoring left on the trajectory:
-    the outcome (``reward_outcome``), the answer extracted from the reply
-    (``extracted_answer``) and the scorer's note (``reward_error``).
-
-    Example:
-        >>> rationale({'reward_outcome': 'correct', 'extracted_answer': '18'}, 'total', 1.0)
-        "total = 1.0: outcome correct; extracted answer '18'"
-    """
-    parts = []
-    if traj.get("reward_outcome"):
-        parts.append(f"outcome {traj['reward_outcome']}")
-    answer = traj.get("extracted_answer")
-    if answer not in (None, ""):
-        parts.append(f"extracted answer {str(answer)[:500]!r}")
-    if traj.get("reward_error"):
-        parts.append(f"note: {str(traj['reward_error'])[:500]}")
-    if not parts:
-        return None
-    return str(scrub_secrets(f"{name} = {value}: " + "; ".join(parts)))
 
 
 def _attributes(rec: SpanRecord) -> dict[str, Any]:
@@ -656,16 +373,6 @@ def _row_id(traj: Mapping[str, Any], key: str) -> str:
 
 def _quote(value: str) -> str:
     return value.replace("'", "\\'")
-
-
-def summarize_rewards(rewards: Iterable[Mapping[str, Any] | None]) -> dict[str, list[float]]:
-    """Numeric reward values by name, for metrics and histograms (None and non-numbers left out)."""
-    out: dict[str, list[float]] = {}
-    for reward in rewards:
-        for name, value in (reward or {}).items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                out.setdefault(name, []).append(float(value))
-    return out
 
 
 def write_trace_batch(
