@@ -3,8 +3,9 @@
 The tasks are thin: ``prepare-rollout`` writes the rollout's input file (recorded
 conversations, task rows of registered environments via ``twinkle.integrations
 .rollout_bridge``, OpenEnv episode prompts via ``twinkle.rollout.runner.openenv_rows``);
-``run-rollouts`` calls ``twinkle.rollout.runner.RolloutRunner`` on its rows (provision an
-environment per row, roll out the policy, score each trajectory as it finishes) and
+``run-rollouts`` calls ``twinkle.rollout.runner.RolloutRunner`` on its rows (an environment
+per row, created when its trajectory starts and released when it ends, so no more sandboxes
+live at once than ``concurrency``; roll out the policy, score each trajectory as it finishes) and
 streams each scored trajectory to MLflow (``TraceStream``) while the others still run;
 ``write-trajectories`` joins the shards. Under a Ray task runner ``run-rollouts`` is mapped
 over shards of ``shard_size`` rows (Prefect's ``.map``); under the thread-pool runner it is
@@ -18,8 +19,8 @@ the rest. A shard with failed trajectories is never served from the cache: a rer
 retries just its failed trajectories (the finished ones come from its checkpoint).
 
 A run's state tells the truth. A trajectory that failed (an environment that could not be
-created, an endpoint that is down, a tool that raised: ``stop_reason`` ``error`` or
-``api_error``) gets no reward and counts as failed; when the failed share exceeds
+created or died mid-rollout, an endpoint that is down, a tool that raised: ``stop_reason``
+``error`` or ``api_error``) gets no reward and counts as failed; when the failed share exceeds
 ``max_failure_rate`` (default 0.5) the flow logs everything, marks its MLflow run FAILED
 and raises ``RunFailedError`` naming the failing endpoint and the first errors (the flow
 run ends Failed). Below it the failures are a warning in the Prefect log, the summary and

@@ -17,6 +17,8 @@ around a dataset read still works::
     │   └── ThroughSymlink, OutsideSandbox    a path the host-side file code leaves to the
     │                                         sandbox (caught inside the server)
     ├── EnvError                            twinkle.envs / twinkle.container / twinkle.core
+    │   ├── EnvironmentFailure                the environment itself died mid-episode (its
+    │   │                                     sandbox gone, its server unreachable)
     │   └── ContainerEnvironmentError (RuntimeError)
     └── TrackingError (RuntimeError)        twinkle.tracking: MLflow could not be written
 
@@ -39,6 +41,7 @@ from types import ModuleType
 
 __all__ = [
     "EnvError",
+    "EnvironmentFailure",
     "MissingExtraError",
     "ProtocolError",
     "SandboxError",
@@ -99,6 +102,19 @@ class SandboxError(TwinkleError):
 
 class EnvError(TwinkleError):
     """An environment (OpenEnv, container, task environment) failed or answered an error."""
+
+
+class EnvironmentFailure(EnvError):
+    """The environment itself failed mid-episode, not the action: its sandbox is gone or its
+    server unreachable. The episode cannot go on, and the failure is no observation for the
+    model: tool dispatchers (``ToolManager``) let it through, and a rollout ends the
+    trajectory with ``stop_reason='error'`` and ``str(exc)`` (the cause, prefixed by what
+    failed: ``SandboxError: ...``) as its ``error``.
+
+    Example:
+        >>> str(EnvironmentFailure('SandboxError: sandbox server unreachable'))
+        'SandboxError: sandbox server unreachable'
+    """
 
 
 class TrackingError(TwinkleError, RuntimeError):

@@ -150,6 +150,12 @@ def test_bad_arguments_and_env_failures_are_observations():
         and result.observation.startswith("Error: AttributeError")
         and "error" in result.info
     )
+    # The env broke, not the action: through the tools it ends the trajectory as an error.
+    from twinkle.errors import EnvironmentFailure
+
+    broken.reset(target=5)
+    with pytest.raises(EnvironmentFailure, match="^OpenEnvError: AttributeError"):
+        ToolManager(EnvTool.from_env(broken))(call("guess", '{"guess": 5}'))
 
 
 def test_mcp_environment_tools_and_calls():

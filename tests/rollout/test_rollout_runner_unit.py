@@ -154,3 +154,117 @@ def test_a_crashed_batch_resumes_at_the_trajectory(tmp_path):
     kept = [json.loads(line) for line in checkpoint.read_text().splitlines()[:2]]
     assert [k["index"] for k in kept] == [1, 2]  # nothing failed was added
     assert len(checkpoint.read_text().splitlines()) == 3
+
+
+class _Box:
+    """A fake sandbox env: ``run_command`` echoes; counts live instances; can die."""
+
+    live, peak, closed = 0, 0, 0
+
+    def __init__(self, dies_at: int | None = None) -> None:
+        self.steps, self.dies_at = 0, dies_at
+        type(self).live += 1
+        type(self).peak = max(type(self).peak, type(self).live)
+
+    def tools(self):
+        return [
+            {
+                "type": "function",
+                "function": {"name": "run_command", "parameters": {"type": "object"}},
+            }
+        ]
+
+    def step(self, tool_name, arguments):
+        from twinkle.envs.base import ENV_FAILED, StepResult
+
+        self.steps += 1
+        if self.dies_at is not None and self.steps >= self.dies_at:
+            cause = "SandboxError: sandbox server unreachable: refused"
+            return StepResult(
+                "Error: sandbox server unreachable", done=True, info={ENV_FAILED: cause}
+            )
+        return StepResult(observation=str(arguments.get("command")))
+
+    def close(self) -> None:
+        type(self).live -= 1
+        type(self).closed += 1
+
+
+def _agent_row(i: int, calls: int = 2) -> dict:
+    messages = [{"role": "user", "content": f"task {i}"}]
+    for k in range(calls):
+        call = {
+            "id": f"c{i}-{k}",
+            "type": "function",
+            "function": {"name": "run_command", "arguments": json.dumps({"command": f"echo {k}"})},
+        }
+        messages += [
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": call["id"], "content": str(k)},
+        ]
+    messages.append({"role": "assistant", "content": "done"})
+    return {"id": f"row-{i}", "messages": messages}
+
+
+def test_environments_are_made_on_demand_and_released_so_live_ones_never_pass_concurrency(
+    monkeypatch,
+):
+    from twinkle.rollout.runner import RolloutRunner
+
+    monkeypatch.setattr(_Box, "live", 0)
+    monkeypatch.setattr(_Box, "peak", 0)
+    monkeypatch.setattr(_Box, "closed", 0)
+    monkeypatch.setattr(RolloutRunner, "provision_sandbox", lambda self: (_Box(), None))
+    runner = RolloutRunner(RolloutConfig(concurrency=3), {"api_url": "http://x", "api_key": "k"})
+    result = runner.run([_agent_row(i) for i in range(20)])
+    assert result.stats.failed == 0 and result.stats.stop_reasons == {"stop": 20}
+    assert _Box.peak == 3 and _Box.live == 0 and _Box.closed == 20
+
+
+def test_an_environment_that_dies_ends_the_trajectory_as_an_error_never_a_tool_result(
+    monkeypatch,
+):
+    from twinkle.rollout.runner import RolloutRunner
+
+    monkeypatch.setattr(_Box, "live", 0)
+    monkeypatch.setattr(_Box, "closed", 0)
+    monkeypatch.setattr(RolloutRunner, "provision_sandbox", lambda self: (_Box(dies_at=2), None))
+    runner = RolloutRunner(RolloutConfig(concurrency=2), {"api_url": "http://x", "api_key": "k"})
+    result = runner.run([_agent_row(i) for i in range(4)])
+    assert result.stats.failed == 4 and result.stats.stop_reasons == {"error": 4}
+    assert result.stats.errors == ["SandboxError: sandbox server unreachable: refused"]
+    for t in result.trajectories:
+        assert t["rewards"] == {} and t["reward_outcome"] == "failed" and t["turns"] == 2
+        assert t["messages"][-1]["role"] == "assistant"  # the dead call got no tool result
+        assert "unreachable" not in " ".join(m["content"] for m in t["messages"])
+        assert t["turn_log"][-1]["type"] == "tool" and t["turn_log"][-1]["error"] is True
+    assert _Box.live == 0 and _Box.closed == 4
+
+
+def test_a_grading_sandbox_that_fails_is_no_reward_but_a_failed_trajectory():
+    from twinkle.core.environments import CodeEnvironment
+    from twinkle.core.environments.runner import RunOutcome
+    from twinkle.integrations.rollout_bridge import trajectories_for
+
+    class DeadSandbox:
+        name = "agentenv"
+
+        def run(self, files, tests, module="solution"):
+            why = ("sandbox failure: ConnectError: refused",)
+            return RunOutcome(0, len(tests), "error", why, "", self.name, 0.0)
+
+    code = CodeEnvironment(runner=DeadSandbox())
+    traj = trajectories_for("code", [0])[0]
+    reply = {
+        "role": "assistant",
+        "content": "```python\ndef add_numbers(a, b):\n    return a + b\n```",
+    }
+    traj = {**traj, "messages": [*traj["messages"], reply], "stop_reason": "stop"}
+    scored = score({}, traj, replay=False, environments={"code": code, "tasks/code": code})
+    assert scored["rewards"] == {} and scored["reward_outcome"] == "failed"
+    assert scored["stop_reason"] == "error"
+    assert scored["error"] == "SandboxError: grading: sandbox failure: ConnectError: refused"
+    stats = RolloutStats.of([scored])
+    assert stats.failed == 1
+    with pytest.raises(RunFailedError, match=r"sandbox endpoint http://127.0.0.1:7: unreachable"):
+        check_failure_rate(stats, 0.0, sandbox_url="http://127.0.0.1:7")

@@ -252,7 +252,18 @@ def test_bridges_to_tool_manager(env):
     assert manager(call) == "via-manager"
 
 
-def test_killed_sandbox_gives_error_observations(env, server):
+def test_killed_sandbox_is_an_environment_failure(env, server):
+    """A sandbox gone is no mistake of the model's: the step ends the episode, with the cause
+    in ``info[ENV_FAILED]``, which ``EnvTool`` raises as ``EnvironmentFailure``."""
+    from twinkle.envs import EnvTool
+    from twinkle.envs.base import ENV_FAILED
+    from twinkle.errors import EnvironmentFailure
+    from twinkle.tools import ToolManager
+
     Sandbox.kill(env.sandbox_id, api_url=server.url, sandbox_url=server.url, api_key=API_KEY)
     result = env.step("run_command", {"command": "echo hi"})
-    assert result.observation.startswith("Error:") and result.done is False
+    assert result.observation.startswith("Error:") and result.done is True
+    assert result.info[ENV_FAILED].startswith("SandboxError: sandbox ")
+    call = {"function": {"name": "run_command", "arguments": '{"command": "echo hi"}'}}
+    with pytest.raises(EnvironmentFailure, match="^SandboxError: "):
+        ToolManager(EnvTool.from_env(env))(call)

@@ -14,7 +14,11 @@ sandbox URL to ``api_url`` keeps it on the configured server. Set ``E2B_DOMAIN``
 
 Errors: ``step`` never raises. A failing tool answers ``Error: ...`` with ``done=False``, so
 the model can react and the rollout carries on (bounded by its ``max_turns``); a non-zero
-exit code is not an error but part of the observation.
+exit code is not an error but part of the observation. A failure of the sandbox itself (it is
+gone, or its server unreachable) is no mistake of the model's: that step comes back with
+``done=True`` and ``info[ENV_FAILED]`` set to the cause (``'SandboxError: ...'``), which
+``EnvTool`` raises as ``twinkle.errors.EnvironmentFailure``, so that a rollout ends the
+trajectory as an error instead of showing the model the failure as a tool result.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from twinkle.envs.base import (
+    ENV_FAILED,
     MAX_OBSERVATION_CHARS,
     TIMEOUT_EXIT_CODE,
     Env,
@@ -136,6 +141,34 @@ class _Output:
 
 def _import_e2b() -> Any:
     return require("e2b", "AgentEnv", "sandbox")
+
+
+def is_environment_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` says the sandbox itself failed (gone, unreachable, unresponsive) rather
+    than the tool call (a missing file, a bad path)."""
+    import httpx
+
+    e2b = _import_e2b()
+    return isinstance(
+        exc,
+        (
+            e2b.SandboxNotRunningException,
+            e2b.SandboxUnreachableException,
+            e2b.SandboxNotFoundException,
+            e2b.GuestUnresponsiveException,
+            e2b.AuthenticationException,
+            httpx.TransportError,
+            ConnectionError,
+        ),
+    )
+
+
+def _env_failure(observation: str, error: str, cause: str) -> StepResult:
+    return StepResult(
+        observation=truncate_observation(observation),
+        done=True,
+        info={"error": error, ENV_FAILED: f"SandboxError: {cause}"},
+    )
 
 
 def _tool_name(tool_info: dict[str, Any]) -> str:
@@ -303,7 +336,8 @@ class AgentEnv(Env):
         return StepResult(observation="\n".join(outputs), info={"sandbox_id": self.sandbox_id})
 
     def step(self, tool_name: str, arguments: dict[str, Any] | str | None = None) -> StepResult:
-        """Run one tool call. Never raises: failures come back as ``Error: ...`` observations."""
+        """Run one tool call. Never raises: failures come back as ``Error: ...`` observations,
+        and a failure of the sandbox itself with ``done=True`` and ``info[ENV_FAILED]``."""
         if self._sandbox is None:
             return StepResult(
                 observation="Error: sandbox not initialized, call reset() first.",
@@ -329,11 +363,15 @@ class AgentEnv(Env):
                 info={"error": "unknown_tool"},
             )
         if self.refresh_timeout and (gone := self._refresh()) is not None:
-            return StepResult(observation=f"Error: {gone}", info={"error": "sandbox_unavailable"})
+            return _env_failure(f"Error: {gone}", "sandbox_unavailable", gone)
         try:
             observation = handler(self, args)
         except Exception as exc:  # noqa: BLE001 - a failed tool call is the model's observation
             message = str(exc) or type(exc).__name__
+            if is_environment_failure(exc):
+                return _env_failure(
+                    f"Error: {message}", type(exc).__name__, f"{type(exc).__name__}: {message}"
+                )
             return StepResult(
                 observation=truncate_observation(f"Error: {message}"),
                 info={"error": type(exc).__name__},
@@ -357,7 +395,7 @@ class AgentEnv(Env):
         except Exception as exc:  # noqa: BLE001 - renewal is a convenience; other failures ignored
             import httpx
 
-            if isinstance(exc, (httpx.TransportError, OSError)):
+            if isinstance(exc, (httpx.TransportError, OSError)) or is_environment_failure(exc):
                 return f"sandbox server unreachable: {exc}"
         return None
 

@@ -26,6 +26,10 @@ from typing import Any
 TIMEOUT_EXIT_CODE = 124
 #: Observations longer than this are cut, so one runaway command cannot flood the context.
 MAX_OBSERVATION_CHARS = 32 * 1024
+#: The ``StepResult.info`` key an env sets, to the cause (``'SandboxError: ...'``), when it
+#: failed itself rather than the action (its sandbox gone, its server unreachable): the
+#: episode cannot go on, and ``EnvTool`` raises ``twinkle.errors.EnvironmentFailure``.
+ENV_FAILED = "env_failed"
 
 
 @dataclass

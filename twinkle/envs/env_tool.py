@@ -4,6 +4,11 @@ Tools built together by ``from_env``/``from_schemas`` share one episode record: 
 ``StepResult`` and the reward summed over every step since the tools were built (or since
 ``reset``). ``episode_reward`` is always that sum, whatever the env puts in ``info``.
 
+A step whose ``info`` carries ``ENV_FAILED`` (the env itself failed: its sandbox gone, its
+server unreachable) raises ``twinkle.errors.EnvironmentFailure`` with that cause instead of
+returning the observation: the rollout ends the trajectory as an error rather than showing
+the model an infrastructure failure as a tool result.
+
 Example:
     >>> from twinkle.envs.base import Env, StepResult
     >>> from twinkle.tools import ToolManager
@@ -27,7 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from twinkle.data_format import Tool as ToolInfo
-from twinkle.envs.base import Env, StepResult
+from twinkle.envs.base import ENV_FAILED, Env, StepResult
+from twinkle.errors import EnvironmentFailure
 from twinkle.tools.base import Tool
 
 #: Schema of the generic tool offered when an env lists no tools of its own.
@@ -139,6 +145,8 @@ class EnvTool(Tool):
         episode.last_result = result
         episode.steps += 1
         episode.reward += float(result.reward or 0.0)
+        if result.info.get(ENV_FAILED):  # the env died: no observation, the episode is over
+            raise EnvironmentFailure(str(result.info[ENV_FAILED]))
         return str(result.observation)
 
     def reset(self, trajectory: dict[str, Any] | None = None) -> StepResult:

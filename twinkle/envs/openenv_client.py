@@ -4,8 +4,9 @@ The server (uvicorn) owns the sessions, so use one client per concurrent traject
 not pool it. Errors are data: a bad action (a server ``VALIDATION_ERROR``,
 ``EXECUTION_ERROR`` or ``INVALID_JSON``) comes back as an ``Error: ...`` observation with
 ``done=False`` so the model can correct it; a broken session (timeout, lost connection,
-server full) ends the episode with ``info['error']`` instead of failing the batch, and the
-client reconnects on the next ``reset``. ``openenv`` is imported on first use.
+server full) ends the episode with ``info['error']`` (and ``info[ENV_FAILED]``: a rollout
+ends that trajectory as an error, unscored) instead of failing the batch, and the client
+reconnects on the next ``reset``. ``openenv`` is imported on first use.
 """
 
 from __future__ import annotations

@@ -29,7 +29,12 @@ import typing
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from twinkle.envs.base import StepResult, format_command_output, truncate_observation
+from twinkle.envs.base import (
+    ENV_FAILED,
+    StepResult,
+    format_command_output,
+    truncate_observation,
+)
 from twinkle.errors import require
 
 logger = logging.getLogger("twinkle.envs")
@@ -279,9 +284,14 @@ def describe_error(exc: Exception) -> str:
 def error_result(
     message: str, episode_reward: float, done: bool, error: str | None = None
 ) -> StepResult:
+    """``Error: <message>`` as a step's observation. With ``done`` and an ``error`` the env
+    itself broke (a lost session, a dead actor, an exception inside it): ``info[ENV_FAILED]``
+    then says so, and the rollout ends the episode as an error rather than scoring it."""
     info: dict[str, Any] = {"episode_reward": episode_reward}
     if error is not None:
         info["error"] = error
+        if done:
+            info[ENV_FAILED] = f"OpenEnvError: {message}"
     return StepResult(observation=f"Error: {message}", reward=0.0, done=done, info=info)
 
 

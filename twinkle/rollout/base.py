@@ -16,7 +16,9 @@ reason             meaning                                                      
                    ``ToolManager`` never raises; other callables may)
 ``invalid_input``  the trajectory was malformed (no messages, unknown roles...)        False
 ``abort``          passed through from a sampler that aborted the request              True
-``error``          the sampler failed, or an unexpected internal error                 True
+``error``          the environment behind a tool died (``EnvironmentFailure``: its     True
+                   sandbox gone, its server unreachable), the sampler failed, or an
+                   unexpected internal error
 =================  ==================================================================  =========
 
 When something failed, ``error`` holds ``"<ExcType>: <message>"``.

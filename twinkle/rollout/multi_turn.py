@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twinkle.data_format import Message, SamplingParams, Trajectory
+from twinkle.errors import EnvironmentFailure
 from twinkle.rollout.base import (
     Rollout,
     blocking_call,
@@ -107,6 +108,7 @@ class _ToolTurn:
     messages: list[Message] = field(default_factory=list)
     log: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
+    stop_reason: str = "api_error"
 
 
 @remote_class()
@@ -358,6 +360,8 @@ class MultiTurnRollout(Rollout):
             except Exception as exc:  # noqa: BLE001 - any tool failure is recorded on the trajectory
                 done.log.append(tool_entry(turn, call, call["id"], start_ns, started, "", True))
                 done.error = f"ToolExecution {error_text(exc)}"
+                if isinstance(exc, EnvironmentFailure):  # the environment died, not the tool
+                    done.error, done.stop_reason = str(exc), "error"
                 return done
             done.log.append(
                 tool_entry(
@@ -428,7 +432,7 @@ class MultiTurnRollout(Rollout):
         state.log += done.log
         state.pending = done.messages
         if done.error is not None:
-            state.finish("api_error", True, done.error)
+            state.finish(done.stop_reason, True, done.error)
             state.pending = []
 
     def _bridge(self, waiting: list[_State]) -> None:

@@ -1,24 +1,29 @@
-"""A rollout runner: provision an environment per row, roll out a policy, score, one batch.
+"""A rollout runner: an environment per row on demand, a policy rolled out, scores, one batch.
 
 What a pipeline's rollout stage calls (a Prefect task in ``flows.rollout``, or any script):
-``RolloutRunner(config, endpoint).run(rows)`` returns a typed ``BatchResult``. Per row:
+``RolloutRunner(config, endpoint).run(rows)`` returns a typed ``BatchResult``. Per row, at most
+``config.concurrency`` rows at once on one event loop:
 
-* an environment: a fresh sandbox (``AgentEnv`` + ``EnvTool``, one per trajectory) on the
-  E2B-compatible ``endpoint``, or for an OpenEnv episode row an ``OpenEnv`` /
-  ``OpenEnvClient`` environment reset with the episode's seed;
+* an environment, created when the row's trajectory starts and released (killed) when it
+  ends, so that live environments never outnumber ``concurrency`` whatever the batch size:
+  a fresh sandbox (``AgentEnv`` + ``EnvTool``) on the E2B-compatible ``endpoint``, or for
+  an OpenEnv episode row an ``OpenEnv`` / ``OpenEnvClient`` environment reset with the
+  episode's seed; creation and release run in worker threads, off the event loop;
 * a multi-turn rollout (``APIMultiTurnRollout``) over the replay policy (the recorded
-  assistant turns) or an OpenAI-compatible endpoint, at most ``config.concurrency`` in
-  flight on one event loop;
+  assistant turns) or an OpenAI-compatible endpoint;
 * rewards the moment the trajectory finishes (task environments through the rollout bridge,
   replay fidelity for re-run conversations, the cumulative ``episode_reward`` of an OpenEnv
   episode), then ``on_done(index, trajectory)`` (tracing) and ``on_progress(done, total)``.
 
-Errors are never rewards: a trajectory that failed (``stop_reason`` ``api_error`` or
-``error``, or an ``error`` set: an environment that could not be created, an endpoint that
-is down) gets no rewards, ``reward_outcome`` ``'failed'`` and its error as
-``reward_error``; it counts in ``RolloutStats.failed``, never in reward statistics.
-``RolloutStats`` merges the figures of batches (shards) and ``check_failure_rate`` turns a
-failure share above a threshold into a ``RunFailedError`` that names the failing endpoint.
+Errors are never rewards: a trajectory that failed gets no rewards, ``reward_outcome``
+``'failed'`` and its error as ``reward_error``; it counts in ``RolloutStats.failed``, never
+in reward statistics. That covers the model endpoint (``stop_reason`` ``api_error``) and the
+environment: one that could not be created, or whose sandbox died or whose server became
+unreachable mid-rollout (``stop_reason`` ``error``, ``error`` ``'SandboxError: ...'``; the
+model is never shown such a failure as a tool result). ``RolloutStats`` merges the figures of
+batches (shards) and ``check_failure_rate`` turns a failure share above a threshold into a
+``RunFailedError`` that names the failing endpoint (``twinkle.rollout.runner_stats``);
+scoring lives in ``twinkle.rollout.runner_scoring``. Both are re-exported here.
 
 Example:
     >>> config = RolloutConfig(max_turns=4)
@@ -32,18 +37,31 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import re
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from twinkle.errors import TwinkleError
-from twinkle.rollout.base import endpoint_label
+from twinkle.rollout.runner_scoring import (
+    OPENENV_SYSTEM,
+    openenv_rows,
+    policy_api,
+    score,
+    score_episode,
+    task_environments,
+)
+from twinkle.rollout.runner_stats import (
+    FAILED_STOPS,
+    BatchResult,
+    PolicyConfig,
+    RolloutConfig,
+    RolloutStats,
+    RunFailedError,
+    check_failure_rate,
+    failing_endpoint,
+    is_failed,
+)
 
 __all__ = [
     "FAILED_STOPS",
@@ -55,372 +73,15 @@ __all__ = [
     "RolloutStats",
     "RunFailedError",
     "check_failure_rate",
+    "failing_endpoint",
     "is_failed",
     "load_checkpoint",
     "openenv_rows",
+    "policy_api",
+    "score",
+    "score_episode",
+    "task_environments",
 ]
-
-#: Stop reasons of a trajectory that failed (the rollout could not finish it).
-FAILED_STOPS = frozenset({"api_error", "error", "abort", "sandbox_error", "env_error"})
-
-#: The system prompt of an OpenEnv episode; the user message adds the env's first observation.
-OPENENV_SYSTEM = (
-    "You are an agent playing an interactive environment through its tools. Call one tool "
-    "at a time, read each observation, and stop calling tools once the episode is over."
-)
-
-#: How many distinct errors a ``RolloutStats`` keeps (the first ones, for messages).
-FIRST_ERRORS = 5
-
-
-def is_failed(trajectory: Mapping[str, Any]) -> bool:
-    """A trajectory failed when its rollout stopped on an error or it carries one.
-
-    Example:
-        >>> is_failed({'stop_reason': 'stop'}), is_failed({'stop_reason': 'api_error'})
-        (False, True)
-    """
-    return bool(trajectory.get("error")) or trajectory.get("stop_reason") in FAILED_STOPS
-
-
-class RunFailedError(TwinkleError, RuntimeError):
-    """A stage failed: more of its items failed than ``max_failure_rate`` allows, or a check
-    before the work found an input, endpoint or tracking URI unusable.
-
-    Example:
-        >>> err = RunFailedError('rollout: 3 of 4 trajectories failed', stage='rollout')
-        >>> err.stage, str(err)
-        ('rollout', 'rollout: 3 of 4 trajectories failed')
-    """
-
-    def __init__(self, message: str, *, stage: str = "", stats: dict[str, Any] | None = None):
-        super().__init__(message)
-        self.stage = stage
-        self.stats = stats or {}
-
-
-@dataclass(slots=True)
-class PolicyConfig:
-    """The policy: an OpenAI-compatible endpoint, or replay of the recorded turns (no URL)."""
-
-    base_url: str | None = None
-    model: str | None = None
-    api_key_env: str | None = None
-    temperature: float = 0.0
-    max_tokens: int = 1024
-    request_timeout_s: float = 120.0
-
-    @property
-    def replay(self) -> bool:
-        return not (self.base_url and self.model)
-
-
-@dataclass(slots=True)
-class RolloutConfig:
-    """How a batch is rolled out.
-
-    Args:
-        policy: the policy model (``PolicyConfig``).
-        max_turns: model calls per trajectory at most.
-        concurrency: trajectories in flight at once (and environments created at once).
-        template, sandbox_timeout, tool_timeout_s: the sandbox of each trajectory.
-        openenv_base_url: an OpenEnv server for episode rows (None: in-process).
-        openenv_env_kwargs: constructor arguments by OpenEnv name (in-process only).
-    """
-
-    policy: PolicyConfig = field(default_factory=PolicyConfig)
-    max_turns: int = 8
-    concurrency: int = 8
-    template: str = "base"
-    sandbox_timeout: int = 300
-    tool_timeout_s: float = 60.0
-    openenv_base_url: str | None = None
-    openenv_env_kwargs: dict[str, dict[str, Any]] | None = None
-
-    @property
-    def replay(self) -> bool:
-        return self.policy.replay
-
-    @classmethod
-    def from_settings(cls, settings: Mapping[str, Any]) -> RolloutConfig:
-        """From a nested settings dict (``policy``, ``sandbox`` sub-dicts; unknown keys
-        ignored), such as a pipeline's rollout parameters dumped to a dict."""
-        policy = {
-            k: v for k, v in (settings.get("policy") or {}).items() if k in PolicyConfig.__slots__
-        }
-        sandbox = settings.get("sandbox") or {}
-        top = {
-            k: settings[k]
-            for k in ("max_turns", "concurrency", "openenv_base_url", "openenv_env_kwargs")
-            if k in settings
-        }
-        box = {
-            k: sandbox[k] for k in ("template", "sandbox_timeout", "tool_timeout_s") if k in sandbox
-        }
-        return cls(policy=PolicyConfig(**policy), **top, **box)
-
-
-@dataclass(slots=True)
-class RolloutStats:
-    """Figures of one or more rollout batches; ``merge`` adds a shard's.
-
-    Example:
-        >>> a = RolloutStats.of([{'stop_reason': 'stop'}], rollout_s=1.0)
-        >>> b = RolloutStats.of([{'stop_reason': 'api_error', 'error': 'E: down'}], rollout_s=2.0)
-        >>> m = a.merge(b)
-        >>> m.trajectories, m.failed, m.failure_rate, m.rollout_s, m.errors
-        (2, 1, 0.5, 3.0, ['E: down'])
-    """
-
-    trajectories: int = 0
-    failed: int = 0
-    stop_reasons: dict[str, int] = field(default_factory=dict)
-    errors: list[str] = field(default_factory=list)
-    provision_s: float = 0.0
-    rollout_s: float = 0.0
-    scoring_s: float = 0.0
-    traces: dict[str, float] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, trajectories: Sequence[Mapping[str, Any]], **figures: Any) -> RolloutStats:
-        """The figures of ``trajectories`` plus timings/trace counts given as keywords."""
-        errors: list[str] = []
-        for t in trajectories:
-            if is_failed(t):
-                text = str(t.get("error") or t.get("stop_reason"))
-                if text not in errors and len(errors) < FIRST_ERRORS:
-                    errors.append(text)
-        return cls(
-            trajectories=len(trajectories),
-            failed=sum(1 for t in trajectories if is_failed(t)),
-            stop_reasons=dict(Counter(str(t.get("stop_reason")) for t in trajectories)),
-            errors=errors,
-            **figures,
-        )
-
-    @property
-    def failure_rate(self) -> float:
-        return self.failed / self.trajectories if self.trajectories else 0.0
-
-    def merge(self, other: RolloutStats) -> RolloutStats:
-        stops = Counter(self.stop_reasons)
-        stops.update(other.stop_reasons)
-        errors = list(self.errors)
-        errors += [e for e in other.errors if e not in errors][: FIRST_ERRORS - len(errors)]
-        traces = Counter(self.traces)
-        traces.update(other.traces)
-        return RolloutStats(
-            trajectories=self.trajectories + other.trajectories,
-            failed=self.failed + other.failed,
-            stop_reasons=dict(stops),
-            errors=errors,
-            provision_s=self.provision_s + other.provision_s,
-            rollout_s=self.rollout_s + other.rollout_s,
-            scoring_s=self.scoring_s + other.scoring_s,
-            traces=dict(traces),
-        )
-
-    @classmethod
-    def merged(cls, parts: Sequence[RolloutStats]) -> RolloutStats:
-        out = cls()
-        for part in parts:
-            out = out.merge(part)
-        return out
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "failure_rate": self.failure_rate}
-
-
-_HTTP_RE = re.compile(r"\(HTTP (\d{3})\)|Error code: (\d{3})")
-
-
-def _status_of(errors: Sequence[str]) -> str:
-    """What the errors say about an endpoint: an HTTP status, unreachable, or timing out."""
-    for text in errors:
-        m = _HTTP_RE.search(text)
-        if m:
-            return f"HTTP {m.group(1) or m.group(2)}"
-    joined = " ".join(errors)
-    if "connection" in joined.lower() or "ConnectError" in joined:
-        return "unreachable"
-    if "Timeout" in joined or "timed out" in joined or "no reply" in joined:
-        return "timing out"
-    return "failing"
-
-
-def failing_endpoint(stats: RolloutStats, config: RolloutConfig, sandbox_url: str | None) -> str:
-    """``'<what> <url>: <status>'`` for the endpoint most of the first errors point at."""
-    errors = stats.errors
-    boxed = [e for e in errors if e.startswith("SandboxError")]
-    games = [e for e in errors if e.startswith("OpenEnvError")]
-    if boxed and len(boxed) >= len(errors) / 2:
-        return f"sandbox endpoint {endpoint_label(sandbox_url) or '(none)'}: {_status_of(boxed)}"
-    if games and len(games) >= len(errors) / 2:
-        where = endpoint_label(config.openenv_base_url) or "in-process"
-        return f"OpenEnv environments ({where}): {_status_of(games)}"
-    if config.replay:
-        return f"replay policy: {_status_of(errors)}"
-    return f"policy endpoint {endpoint_label(config.policy.base_url)}: {_status_of(errors)}"
-
-
-def check_failure_rate(
-    stats: RolloutStats,
-    max_failure_rate: float,
-    *,
-    stage: str = "rollout",
-    config: RolloutConfig | None = None,
-    sandbox_url: str | None = None,
-) -> str | None:
-    """None when nothing failed; a warning line when failures stay within
-    ``max_failure_rate``; raises ``RunFailedError`` (naming the failing endpoint and the
-    first errors) above it.
-
-    Example:
-        >>> ok = RolloutStats.of([{'stop_reason': 'stop'}] * 3 + [{'error': 'E: x'}])
-        >>> check_failure_rate(ok, 0.5)
-        'rollout: 1 of 4 trajectories failed (25%, within max_failure_rate 50%): E: x'
-        >>> check_failure_rate(RolloutStats.of([{'error': 'E: x'}]), 0.5)
-        Traceback (most recent call last):
-        ...
-        twinkle.rollout.runner.RunFailedError: rollout: 1 of 1 trajectories failed ...
-    """
-    if not stats.failed:
-        return None
-    share = (
-        f"{stats.failed} of {stats.trajectories} trajectories failed "
-        f"({stats.failure_rate:.0%}, {{}} max_failure_rate {max_failure_rate:.0%})"
-    )
-    first = "; ".join(e[:300] for e in stats.errors[:3])
-    if stats.failure_rate <= max_failure_rate:
-        return f"{stage}: {share.format('within')}: {first}"
-    where = failing_endpoint(stats, config or RolloutConfig(), sandbox_url)
-    raise RunFailedError(
-        f"{stage}: {share.format('over')}; {where}; first errors: {first}",
-        stage=stage,
-        stats=stats.as_dict(),
-    )
-
-
-@dataclass(slots=True)
-class BatchResult:
-    """What ``RolloutRunner.run`` returns: the scored trajectories in input order and the
-    batch's figures (``stats``, timings included)."""
-
-    trajectories: list[dict[str, Any]]
-    stats: RolloutStats
-
-
-def openenv_rows(names: Sequence[str], episodes: int, seed: int = 0) -> list[dict[str, Any]]:
-    """Prompt rows of OpenEnv episodes: ``user_data`` names the env and the episode's reset seed,
-    ``seed + k`` for episode k (so a rerun replays the same episodes, another ``seed`` draws new
-    ones), and so does the row id; the env's first observation and its tool schemas are added
-    when the env is provisioned.
-
-    Example:
-        >>> [r['id'] for r in openenv_rows(['number_guess'], 2, seed=5)]
-        ['openenv-number_guess-5', 'openenv-number_guess-6']
-    """
-    from twinkle.data_format import pack_value
-
-    return [
-        {
-            "id": f"openenv-{name}-{seed + k}",
-            "messages": [
-                {"role": "system", "content": OPENENV_SYSTEM},
-                {
-                    "role": "user",
-                    "content": f"Play the '{name}' environment until the episode ends, "
-                    "using its tools.",
-                },
-            ],
-            "user_data": [["openenv", pack_value(name)], ["seed", pack_value(seed + k)]],
-        }
-        for name in names
-        for k in range(episodes)
-    ]
-
-
-def task_environments(endpoint: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Task environments that must not use their defaults here: the code environment grades
-    model-written code in the run's sandbox server, never in a host subprocess."""
-    if not endpoint or endpoint.get("error"):
-        return {}
-    from twinkle.core.environments import CodeEnvironment
-
-    code = CodeEnvironment(sandbox_url=endpoint["api_url"], sandbox_api_key=endpoint["api_key"])
-    return {"code": code, "tasks/code": code}
-
-
-def _failed(trajectory: dict[str, Any], reason: str | None = None) -> dict[str, Any]:
-    return {
-        **trajectory,
-        "rewards": {},
-        "reward_outcome": "failed",
-        "reward_error": reason or trajectory.get("error") or trajectory.get("stop_reason"),
-    }
-
-
-def score(
-    recorded: Mapping[str, Any],
-    trajectory: dict[str, Any],
-    replay: bool,
-    environments: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Rewards of one finished trajectory: its task environment via the bridge, or replay
-    fidelity; none for a trajectory that failed (errors are never rewards)."""
-    from twinkle.data_format import user_data_get
-
-    if is_failed(trajectory):
-        return _failed(trajectory)
-    if user_data_get(trajectory.get("user_data"), "env"):
-        from twinkle.integrations.rollout_bridge import score_trajectories
-
-        result = score_trajectories([trajectory], environments=environments)[0]
-    elif replay:
-        from twinkle.integrations.replay import replay_fidelity
-
-        result = replay_fidelity(recorded, trajectory)
-    else:
-        result = {
-            "rewards": {},
-            "outcome": "unscored",
-            "error": "a conversation rolled out by a live policy has no reward function",
-        }
-    return {
-        **trajectory,
-        "rewards": result["rewards"],
-        "reward_outcome": result["outcome"],
-        "reward_error": result["error"],
-        "extracted_answer": result.get("extracted_answer"),  # the feedback's rationale
-    }
-
-
-def score_episode(trajectory: dict[str, Any], reward: float | None) -> dict[str, Any]:
-    """Rewards of an OpenEnv episode: the env's cumulative ``episode_reward`` (None: no env);
-    none for an episode that failed."""
-    if reward is None or is_failed(trajectory):
-        return _failed(trajectory, trajectory.get("error") or "no environment")
-    return {
-        **trajectory,
-        "rewards": {"episode_reward": reward, "total": reward},
-        "reward_outcome": "solved" if reward > 0 else "unsolved",
-        "reward_error": None,
-    }
-
-
-def policy_api(
-    policy: PolicyConfig, rows: Sequence[Mapping[str, Any]]
-) -> tuple[Any, list[dict[str, Any]]]:
-    """The chat API and the prompts to roll out: replay of ``rows`` or an OpenAI endpoint."""
-    from twinkle.protocol.replay import ReplayAPI
-
-    if policy.replay:
-        return ReplayAPI.from_rows(list(rows))
-    from twinkle.protocol.openai import OpenAI
-
-    key = os.environ.get(policy.api_key_env) if policy.api_key_env else None
-    api = OpenAI(policy.model, api_key=key or "EMPTY", base_url=policy.base_url, max_retries=2)
-    return api, [ReplayAPI.prompt_of(r) for r in rows]
 
 
 def _in_parallel(fn: Callable[[Any], Any], items: Sequence[Any], workers: int) -> list[Any]:
@@ -462,40 +123,51 @@ class RolloutRunner:
         self.endpoint = endpoint
         self.on_done = on_done
         self.on_progress = on_progress
+        #: Set once the sandbox server is found down: later rows fail at once with it.
+        self._down: str | None = None
 
     # -- environments ---------------------------------------------------------------------
-    def provision_sandboxes(self, n: int) -> list[tuple[Any, str | None]]:
-        """One fresh sandbox (``AgentEnv``) per trajectory, created concurrently;
-        (env, error) pairs."""
+    def provision_sandbox(self) -> tuple[Any, str | None]:
+        """A fresh sandbox (``AgentEnv``, reset) for one trajectory: (env, None), or
+        (None, error) when it could not be created. Blocking (SDK calls).
+
+        A creation that fails on the connection, with a server that does not answer its
+        health probe either, marks the server down: the rows after it fail at once with
+        that cause instead of each paying the SDK's connection retries."""
         endpoint, c = self.endpoint, self.config
         if endpoint is None or endpoint.get("error"):
-            return [(None, (endpoint or {}).get("error") or "no sandbox endpoint")] * n
+            return None, (endpoint or {}).get("error") or "no sandbox endpoint"
+        if self._down is not None:
+            return None, self._down
         from twinkle.envs.agentenv import AgentEnv
 
-        def one(_: int) -> tuple[Any, str | None]:
-            env = AgentEnv(
-                template=c.template,
-                api_url=endpoint["api_url"],
-                api_key=endpoint["api_key"],
-                sandbox_timeout=c.sandbox_timeout,
-                command_timeout=c.tool_timeout_s,
-            )
-            try:
-                env.reset()
-                return env, None
-            except Exception as exc:  # noqa: BLE001 - a failed reset fails only this trajectory
-                env.close()
-                return None, f"{type(exc).__name__}: {exc}"
+        env = AgentEnv(
+            template=c.template,
+            api_url=endpoint["api_url"],
+            api_key=endpoint["api_key"],
+            sandbox_timeout=c.sandbox_timeout,
+            command_timeout=c.tool_timeout_s,
+        )
+        try:
+            env.reset()
+            return env, None
+        except Exception as exc:  # noqa: BLE001 - a failed reset fails only this trajectory
+            env.close()
+            error = f"{type(exc).__name__}: {exc}"
+            if _server_down(endpoint, exc):
+                self._down = f"sandbox server down, trajectory not started; it failed with {error}"
+            return None, error
 
-        return _in_parallel(one, range(n), c.concurrency)
+    def provision_sandboxes(self, n: int) -> list[tuple[Any, str | None]]:
+        """``n`` sandboxes at once, ``concurrency`` created in parallel; (env, error) pairs.
+        ``run`` does not use it: it creates each trajectory's sandbox when it starts."""
+        return _in_parallel(lambda _: self.provision_sandbox(), range(n), self.config.concurrency)
 
-    def provision_openenvs(
-        self, prompts: Sequence[dict[str, Any]]
-    ) -> list[tuple[Any, str | None, dict[str, Any]]]:
-        """One fresh OpenEnv environment per episode prompt (in-process ``OpenEnv``, or an
+    def provision_openenv(self, prompt: dict[str, Any]) -> tuple[Any, str | None, dict[str, Any]]:
+        """A fresh OpenEnv environment for one episode prompt (in-process ``OpenEnv``, or an
         ``OpenEnvClient`` session on ``config.openenv_base_url``), reset with the episode's
-        seed; (env, error, prompt) triples, the prompt completed with the env's first
-        observation and its real tool schemas.
+        seed: (env, error, prompt), the prompt completed with the env's first observation
+        and its real tool schemas. Blocking.
 
         ``openenv_env_kwargs`` only apply in-process: an OpenEnv server builds each
         session's environment with its own settings, so an episode given arguments against
@@ -504,142 +176,145 @@ class RolloutRunner:
         from twinkle.envs.openenv import OpenEnv, OpenEnvClient
 
         base_url, env_kwargs = self.config.openenv_base_url, self.config.openenv_env_kwargs
-
-        def one(prompt: dict[str, Any]) -> tuple[Any, str | None, dict[str, Any]]:
-            ud = prompt.get("user_data")
-            env = None
-            try:
-                name = user_data_get(ud, "openenv")
-                kwargs = (env_kwargs or {}).get(name)
-                if base_url and kwargs:
-                    why = (
-                        f"openenv_env_kwargs for '{name}' ({', '.join(sorted(kwargs))}) cannot "
-                        f"be applied on the OpenEnv server {base_url}: the server builds its own "
-                        "environments; configure them where it is started, or play in-process "
-                        "(no openenv_base_url)"
-                    )
-                    return None, why, prompt
-                env = (
-                    OpenEnvClient(name, base_url=base_url)
-                    if base_url
-                    else OpenEnv(env_name=name, env_kwargs=kwargs)
+        ud = prompt.get("user_data")
+        env = None
+        try:
+            name = user_data_get(ud, "openenv")
+            kwargs = (env_kwargs or {}).get(name)
+            if base_url and kwargs:
+                why = (
+                    f"openenv_env_kwargs for '{name}' ({', '.join(sorted(kwargs))}) cannot "
+                    f"be applied on the OpenEnv server {base_url}: the server builds its own "
+                    "environments; configure them where it is started, or play in-process "
+                    "(no openenv_base_url)"
                 )
-                first = env.reset(seed=user_data_get(ud, "seed"))
-                tools = env.tools()
-            except Exception as exc:  # noqa: BLE001 - this episode fails with the reason
-                if env is not None:
-                    with contextlib.suppress(Exception):
-                        env.close()
-                return None, f"{type(exc).__name__}: {exc}", prompt
-            messages = [dict(m) for m in prompt["messages"]]
-            messages[-1]["content"] = f"{messages[-1]['content']}\n\n{first.observation}"
-            return env, None, {**prompt, "messages": messages, "tools": tools}
+                return None, why, prompt
+            env = (
+                OpenEnvClient(name, base_url=base_url)
+                if base_url
+                else OpenEnv(env_name=name, env_kwargs=kwargs)
+            )
+            first = env.reset(seed=user_data_get(ud, "seed"))
+            tools = env.tools()
+        except Exception as exc:  # noqa: BLE001 - this episode fails with the reason
+            if env is not None:
+                with contextlib.suppress(Exception):
+                    env.close()
+            return None, f"{type(exc).__name__}: {exc}", prompt
+        messages = [dict(m) for m in prompt["messages"]]
+        messages[-1]["content"] = f"{messages[-1]['content']}\n\n{first.observation}"
+        return env, None, {**prompt, "messages": messages, "tools": tools}
 
-        return _in_parallel(one, list(prompts), self.config.concurrency)
+    def provision_openenvs(
+        self, prompts: Sequence[dict[str, Any]]
+    ) -> list[tuple[Any, str | None, dict[str, Any]]]:
+        """``provision_openenv`` over ``prompts``, ``concurrency`` at once, in order."""
+        return _in_parallel(self.provision_openenv, list(prompts), self.config.concurrency)
 
     # -- the batch ------------------------------------------------------------------------
     def run(self, rows: Sequence[Mapping[str, Any]], checkpoint: str | None = None) -> BatchResult:
-        """Provision, roll out and score ``rows``; environments are closed before it returns.
+        """Roll out and score ``rows``, each in an environment of its own created when its
+        trajectory starts and released when it ends; none is left when it returns.
 
         ``checkpoint``: a JSONL file that each trajectory finished without error is appended
         to as it finishes; a run given the file of a run that crashed keeps those (traced and
         counted again, never re-requested) and rolls out only the rest. The caller removes
         the file once it has the batch's output.
+
+        Stats: ``provision_s`` is the time spent creating and releasing environments and
+        ``scoring_s`` the time spent scoring, each summed over trajectories (they overlap
+        one another and the rollouts); ``rollout_s`` is the wall time of the rollouts,
+        their environments and scoring included.
         """
         from twinkle.data_format import user_data_get
 
         c = self.config
-        started = time.perf_counter()
+        self._down = None
         api, prompts = policy_api(c.policy, rows)
         kept = load_checkpoint(checkpoint, rows) if checkpoint else {}
         todo = [i for i in range(len(rows)) if i not in kept]
         # OpenEnv episodes get an OpenEnv environment, every other row a sandbox.
-        games = [i for i in todo if user_data_get(rows[i].get("user_data"), "openenv")]
-        episodes = set(games)
-        boxed = [i for i in todo if i not in episodes]
-        envs: list[tuple[Any, str | None]] = [(None, None)] * len(prompts)
-        for i, pair in zip(boxed, self.provision_sandboxes(len(boxed))):
-            envs[i] = pair
-        if games:
-            provisioned = self.provision_openenvs([prompts[i] for i in games])
-            for i, (env, error, prompt) in zip(games, provisioned):
-                envs[i], prompts[i] = (env, error), prompt
-        toolsets: dict[int, list[Any]] = {}
-        provisioned_at = time.perf_counter()
+        episodes = {i for i in todo if user_data_get(rows[i].get("user_data"), "openenv")}
         task_envs = task_environments(self.endpoint)
-        scoring_s = [0.0]
+        figures = {"provision_s": 0.0, "scoring_s": 0.0}
         finished = [0]
         lock = threading.Lock()
 
-        def done(i: int, traj: dict[str, Any], resumed: bool = False) -> dict[str, Any]:
+        def done(
+            i: int, traj: dict[str, Any], reward: float | None = None, resumed: bool = False
+        ) -> dict[str, Any]:
             t0 = time.perf_counter()
             if resumed:
                 scored = traj
             elif i in episodes:
-                reward = toolsets[i][0].episode_reward if i in toolsets else None
                 scored = score_episode(traj, reward)
             else:
                 scored = score(rows[i], traj, c.replay, task_envs)
-            scoring_s[0] += time.perf_counter() - t0
+            line = None
             if checkpoint and not resumed and not is_failed(scored):
                 line = json.dumps({"index": i, "trajectory": scored}, default=str) + "\n"
-                with lock, open(checkpoint, "a", encoding="utf-8") as f:
-                    f.write(line)
+            with lock:
+                figures["scoring_s"] += time.perf_counter() - t0
+                if line is not None:
+                    with open(checkpoint, "a", encoding="utf-8") as f:
+                        f.write(line)
             if self.on_done is not None:
                 self.on_done(i, scored)
-            finished[0] += 1
+            with lock:
+                finished[0] += 1
+                count = finished[0]
             if self.on_progress is not None:
-                self.on_progress(finished[0], len(prompts))
+                self.on_progress(count, len(prompts))
             return scored
 
         trajectories: list[Any] = [None] * len(prompts)
-        try:
-            for i, traj in sorted(kept.items()):
-                trajectories[i] = done(i, traj, resumed=True)
-            for i in todo:
-                env, error = envs[i]
-                if env is None:
-                    kind = "OpenEnvError" if i in episodes else "SandboxError"
-                    failed = {
-                        **prompts[i],
-                        "turns": 0,
-                        "stop_reason": "error",
-                        "truncated": True,
-                        "turn_log": [],
-                        "error": f"{kind}: {error}",
-                    }
-                    trajectories[i] = done(i, failed)
-            ready = [i for i in todo if envs[i][0] is not None]
-            if ready:
-                toolsets.update({i: _env_tools(envs[i][0]) for i in ready})
-                outputs = self._roll(api, ready, prompts, toolsets, done)
-                for i, traj in zip(ready, outputs):
-                    trajectories[i] = traj
-        finally:
-            for env, _ in envs:
-                if env is not None:
-                    with contextlib.suppress(Exception):  # one failing must not leak the others
-                        env.close()
-        rolled = time.perf_counter()
+        for i, traj in sorted(kept.items()):
+            trajectories[i] = done(i, traj, resumed=True)
+        started = time.perf_counter()
+        if todo:
+            outputs = self._roll(api, todo, prompts, episodes, done, figures)
+            for i, traj in zip(todo, outputs):
+                trajectories[i] = traj
         stats = RolloutStats.of(
             trajectories,
-            provision_s=provisioned_at - started,
-            rollout_s=rolled - provisioned_at,
-            scoring_s=scoring_s[0],
+            provision_s=figures["provision_s"],
+            rollout_s=time.perf_counter() - started,
+            scoring_s=figures["scoring_s"],
         )
         return BatchResult(trajectories=trajectories, stats=stats)
+
+    def _environment(
+        self, prompt: dict[str, Any], episode: bool
+    ) -> tuple[Any, list[Any], str | None, dict[str, Any]]:
+        """A row's environment, its tools, the error if it could not be created, and the
+        prompt to roll out (an episode's completed with its first observation). Blocking."""
+        if episode:
+            env, error, prompt = self.provision_openenv(prompt)
+            kind = "OpenEnvError"
+        else:
+            (env, error), kind = self.provision_sandbox(), "SandboxError"
+        if env is None:
+            return None, [], f"{kind}: {error}", prompt
+        try:
+            return env, _env_tools(env), None, prompt
+        except Exception as exc:  # noqa: BLE001 - an env without usable tools fails its row only
+            _release(env)
+            return None, [], f"{kind}: {type(exc).__name__}: {exc}", prompt
 
     def _roll(
         self,
         api: Any,
-        ready: list[int],
+        todo: list[int],
         prompts: list[dict[str, Any]],
-        toolsets: dict[int, list[Any]],
-        done: Callable[[int, dict[str, Any]], dict[str, Any]],
+        episodes: set[int],
+        done: Callable[..., dict[str, Any]],
+        figures: dict[str, float],
     ) -> list[Any]:
-        """Roll out ``ready`` on one event loop, ``done(i, trajectory)`` in a worker thread as
-        each finishes (``APIMultiTurnRollout.acall`` per trajectory, at most ``concurrency``
-        in flight), so scoring and tracing overlap the rest."""
+        """Roll out ``todo`` on one event loop, at most ``concurrency`` at once. Each takes a
+        slot, creates its environment in a worker thread, rolls out
+        (``APIMultiTurnRollout.acall``), releases the environment and is scored
+        (``done(i, trajectory, reward)``, in a worker thread) before it gives the slot back:
+        live environments, those of code grading included, never outnumber the slots."""
         import asyncio
 
         from twinkle.data_format import SamplingParams
@@ -657,19 +332,87 @@ class RolloutRunner:
             tool_timeout_s=c.tool_timeout_s,
             request_timeout_s=c.policy.request_timeout_s,
         )
+        envs: dict[int, Any] = {}  # by row: the environments not released yet
+        lock = threading.Lock()
+
+        def create(i: int) -> tuple[Any, list[Any], str | None, dict[str, Any]]:
+            t0 = time.perf_counter()
+            env, tools, error, prompt = self._environment(prompts[i], i in episodes)
+            with lock:
+                figures["provision_s"] += time.perf_counter() - t0
+                if env is not None:
+                    envs[i] = env
+            return env, tools, error, prompt
+
+        def release(i: int) -> None:
+            t0 = time.perf_counter()
+            with lock:
+                env = envs.pop(i, None)
+            if env is not None:
+                _release(env)
+            with lock:
+                figures["provision_s"] += time.perf_counter() - t0
 
         async def main() -> list[Any]:
             gate = asyncio.Semaphore(rollout.concurrency)
 
             async def one(i: int) -> Any:
                 async with gate:
-                    manager = ToolManager(toolsets[i])
-                    out = (await rollout.acall([prompts[i]], tool_manager=[manager]))[0]
-                return await asyncio.to_thread(done, i, out)
+                    env, tools, error, prompt = await asyncio.to_thread(create, i)
+                    if env is None:
+                        return await asyncio.to_thread(done, i, _unprovisioned(prompt, error))
+                    try:
+                        manager = ToolManager(tools)
+                        out = (await rollout.acall([prompt], tool_manager=[manager]))[0]
+                    finally:
+                        await asyncio.to_thread(release, i)
+                    reward = tools[0].episode_reward if i in episodes and tools else None
+                    return await asyncio.to_thread(done, i, out, reward)
 
-            return await asyncio.gather(*(one(i) for i in ready))
+            return await asyncio.gather(*(one(i) for i in todo))
 
-        return rollout.run_in_own_loop(main)
+        try:
+            return rollout.run_in_own_loop(main)
+        finally:
+            for i in list(envs):  # interrupted: what was not released yet
+                release(i)
+
+
+def _unprovisioned(prompt: dict[str, Any], error: str | None) -> dict[str, Any]:
+    """The trajectory of a row whose environment could not be created."""
+    return {
+        **prompt,
+        "turns": 0,
+        "stop_reason": "error",
+        "truncated": True,
+        "turn_log": [],
+        "error": error,
+    }
+
+
+def _server_down(endpoint: Mapping[str, Any], exc: BaseException) -> bool:
+    """Whether ``exc`` (a sandbox creation's) failed on the connection and the server does
+    not answer ``/health`` either (any HTTP answer, even 401 or 404, counts as up)."""
+    import httpx
+
+    from twinkle.envs.agentenv import is_environment_failure
+
+    if not is_environment_failure(exc):
+        return False
+    try:
+        httpx.get(
+            f"{endpoint['api_url'].rstrip('/')}/health",
+            headers={"X-API-Key": endpoint.get("api_key") or ""},
+            timeout=5.0,
+        )
+    except httpx.TransportError:
+        return True
+    return False
+
+
+def _release(env: Any) -> None:
+    with contextlib.suppress(Exception):  # it may be gone already (server died, timeout)
+        env.close()
 
 
 def load_checkpoint(path: str, rows: Sequence[Mapping[str, Any]]) -> dict[int, dict[str, Any]]:

@@ -16,6 +16,10 @@ other argument types          ``Error: "arguments" must be a JSON string or obje
 the tool raises               ``Error: tool 'x' raised <ExcType>: <message>``
 ============================  ==============================================================
 
+One exception is let through: ``twinkle.errors.EnvironmentFailure``, raised when the
+environment behind a tool died (its sandbox gone, its server unreachable). That is no
+result for the model; the rollout ends the trajectory with ``stop_reason='error'``.
+
 ``None`` or a blank string as ``arguments`` means ``{}``.
 
 Example:
@@ -40,6 +44,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from twinkle.data_format import Tool as ToolInfo
+from twinkle.errors import EnvironmentFailure
 
 
 def _extract_name(info: Any) -> str | None:
@@ -146,7 +151,8 @@ class ToolManager:
         return name in self._tools
 
     def __call__(self, tool_call: Any) -> str:
-        """Run one OpenAI-shaped tool call; never raises (see the module docstring)."""
+        """Run one OpenAI-shaped tool call; raises only ``EnvironmentFailure`` (see the module
+        docstring)."""
         if not isinstance(tool_call, Mapping):
             return f"Error: tool_call must be an object, got {type(tool_call).__name__}."
         function = tool_call.get("function")
@@ -165,5 +171,7 @@ class ToolManager:
             return str(exc)
         try:
             return str(tool(name, arguments))
+        except EnvironmentFailure:
+            raise  # the environment died: no tool result, the rollout ends the trajectory
         except Exception as exc:  # noqa: BLE001 - a failing tool is reported to the model, not raised
             return f"Error: tool {name!r} raised {type(exc).__name__}: {exc}"
