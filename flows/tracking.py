@@ -29,6 +29,7 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.common import Tracking, tracking_target
 from flows.params import TrackingParams
+from twinkle.data_format.outcome import is_failed
 from twinkle.tracking.traces import trajectory_key
 
 _IO = {
@@ -290,8 +291,12 @@ def log_rollout(tracking: Tracking, stage: str, result: dict[str, Any]) -> dict[
     tracker.log_params(stage, result["settings"])
     trajectories = read_rows_cached([result["scored_path"]])
     summary = tracker.log_rollout(stage, trajectories)
+    # Failed trajectories (endpoint, sandbox or environment broke) are not rewards: they are
+    # counted by log_rollout and kept out of every reward figure, pass rate included.
     reward_metrics = tracker.log_rewards(
-        stage, [t.get("rewards") for t in trajectories], render=trace_writer_process().chart
+        stage,
+        [t.get("rewards") for t in trajectories if not is_failed(t)],
+        render=trace_writer_process().chart,
     )
     tracker.set_tags(stage, {f"skipped.{k}": v for k, v in result.get("skipped", {}).items()})
     if result.get("scored_path"):

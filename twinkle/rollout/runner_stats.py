@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from twinkle.data_format.outcome import FAILED_STOPS, is_failed
 from twinkle.errors import TwinkleError
 from twinkle.rollout.base import endpoint_label
 
@@ -39,20 +40,9 @@ __all__ = [
 ]
 
 #: Stop reasons of a trajectory that failed (the rollout could not finish it).
-FAILED_STOPS = frozenset({"api_error", "error", "abort", "sandbox_error", "env_error"})
 
 #: How many distinct errors a ``RolloutStats`` keeps (the first ones, for messages).
 FIRST_ERRORS = 5
-
-
-def is_failed(trajectory: Mapping[str, Any]) -> bool:
-    """A trajectory failed when its rollout stopped on an error or it carries one.
-
-    Example:
-        >>> is_failed({'stop_reason': 'stop'}), is_failed({'stop_reason': 'api_error'})
-        (False, True)
-    """
-    return bool(trajectory.get("error")) or trajectory.get("stop_reason") in FAILED_STOPS
 
 
 class RunFailedError(TwinkleError, RuntimeError):

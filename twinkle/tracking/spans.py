@@ -32,9 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twinkle.data_format import message_text, normalize_tool_calls, user_data_get
+from twinkle.data_format.outcome import is_failed
 from twinkle.tracking.payloads import clip, messages_within
-
-_FAILED_STOPS = {"api_error", "error", "abort", "sandbox_error", "env_error"}
 
 
 @dataclass(slots=True)
@@ -65,11 +64,6 @@ def _user_data(traj: Mapping[str, Any], key: str) -> Any:
         return user_data_get(traj.get("user_data"), key)
     except Exception:  # noqa: BLE001 - malformed user_data is the row's problem, not the tracer's
         return None
-
-
-def is_failed(traj: Mapping[str, Any]) -> bool:
-    """A trajectory failed when its rollout stopped on an error or it carries one."""
-    return bool(traj.get("error")) or traj.get("stop_reason") in _FAILED_STOPS
 
 
 def sampled(key: str, rate: float) -> bool:
