@@ -24,7 +24,11 @@ Prints one JSON object:
   in a fresh subprocess: rows/s and peak RSS above the loaded data, against a naive
   dict-of-JSON-hashes baseline.
 
-Usage: ``python bench/curation.py [--quick]``.
+- ``stream`` (``--stream ROWS...``): ``twinkle curate`` streaming against the in-memory path
+  on ~4.7 KB rows at each size: peak RSS, wall time, exact-dedup seconds, near-dedup MB/s per
+  core (``bench/curation_scale.py``, which also measures Ray with ``--ray``).
+
+Usage: ``python bench/curation.py [--quick] [--stream 100000 200000]``.
 """
 
 from __future__ import annotations
@@ -531,6 +535,10 @@ def main() -> None:
         "--eval-set", default=str(EVAL_SET), help="labelled JSONL set (default: %(default)s)"
     )
     parser.add_argument("--dedup-child", nargs=2, metavar=("ROWS", "WHICH"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--stream", type=int, nargs="+", metavar="ROWS",
+        help="also streaming vs in-memory twinkle curate at these sizes (bench/curation_scale.py)",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.dedup_child:
         print(json.dumps(dedup_child(int(args.dedup_child[0]), args.dedup_child[1])))
@@ -568,6 +576,12 @@ def main() -> None:
             else None,
         },
     }
+    if args.stream:  # peak RSS and wall time at scale, beside the in-memory path
+        scale = [sys.executable, str(Path(__file__).with_name("curation_scale.py")), "--memory"]
+        proc = subprocess.run(
+            [*scale, "--rows", *map(str, args.stream)], capture_output=True, text=True
+        )
+        result["stream"] = json.loads(proc.stdout) if proc.returncode == 0 else proc.stderr[-2000:]
     print(json.dumps(result, indent=1, ensure_ascii=False))
 
 

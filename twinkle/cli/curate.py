@@ -145,6 +145,14 @@ def _table(stats: Any, rows_read: int, rows_written: int) -> Any:
     help="Folder for shards, spools and completion markers [default: .OUTPUT.work beside "
     "OUTPUT; removed after success unless --resume].",
 )
+@click.option(
+    "--ray-address",
+    default=None,
+    metavar="ADDR|auto",
+    help="Run the chain on a Ray cluster with Ray Data (same kept rows as without it): "
+    "the head's address (host:port, ray://host:10001) or 'auto' for the cluster this "
+    "machine belongs to. Workers need twinkle installed (see infra/ray/README.md).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def curate(
     inputs: tuple[str, ...],
@@ -160,6 +168,7 @@ def curate(
     shard_rows: int,
     resume: bool,
     work_dir: str | None,
+    ray_address: str | None,
     quiet: bool,
 ) -> None:
     """Deduplicate and filter conversation datasets (JSONL, JSON or Parquet files or folders).
@@ -206,21 +215,39 @@ def curate(
         raise click.BadParameter(str(exc), param_hint="--filters") from exc
 
     files = _expand(inputs)
+    if ray_address and resume:
+        raise click.UsageError("--resume applies to single-machine runs, not --ray-address")
     try:
-        # Streams: memory is the batch and the dedup index, never the input (see stream.py).
-        summary = curate_stream(
-            files,
-            output,
-            dropped_path,
-            stages,
-            batch_size=batch_size,
-            input_format=input_format,
-            shard_rows=shard_rows,
-            work_dir=work_dir,
-            resume=resume,
-            append=append,
-            progress=not quiet,
-        )
+        if ray_address:
+            from twinkle.preprocessor.ray_backend import curate_ray
+
+            summary = curate_ray(
+                files,
+                output,
+                dropped_path,
+                names,
+                params=params,
+                address=ray_address,
+                batch_size=batch_size,
+                input_format=input_format,
+                append=append,
+                progress=not quiet,
+            )
+        else:
+            # Streams: memory is the batch and the dedup index, never the input (stream.py).
+            summary = curate_stream(
+                files,
+                output,
+                dropped_path,
+                stages,
+                batch_size=batch_size,
+                input_format=input_format,
+                shard_rows=shard_rows,
+                work_dir=work_dir,
+                resume=resume,
+                append=append,
+                progress=not quiet,
+            )
     except DatasetFormatError as exc:
         raise click.ClickException(
             f"{exc}\nNothing was written; fix the input and run again."
