@@ -1,4 +1,4 @@
-"""MessageSanityFilter: consolidation, trimming and each check in order (reference §4.9, §11.27)."""
+"""MessageSanityFilter: consolidation, trimming and each check in order."""
 
 from __future__ import annotations
 

@@ -173,7 +173,7 @@ def test_pass_n_with_a_judge_and_paraphrase_padding():
     para = ParaphraseScorer(backend, template, chr_min_threshold=0.47, prompt_budget=200)
     kept, _ = ScoreFilter(template, backend, [para])([row(FRESH)])
     assert user_data_get(kept[0]["user_data"], "scores")["1"]["paraphrase"] is not None
-    assert backend.logprob_batches == [3, 3]  # padded to the floor (reference §11.17)
+    assert backend.logprob_batches == [3, 3]  # padded to the data-parallel floor
     assert "<reference_answer>" in backend.chats[0][-1]["content"]
 
 

@@ -1,4 +1,4 @@
-"""F1Reward, ToolExploreReward and CoTReward, with the §11.29-30 fixes."""
+"""F1Reward, ToolExploreReward and CoTReward: filler words, missing golds, tool errors."""
 
 import pytest
 

@@ -5,10 +5,10 @@ float per trajectory, and also a core :class:`~twinkle.core.signals.RewardFuncti
 (``compute(state, action, next_state)``, the prediction read from ``action.text`` and the
 reference from the hidden state), so it plugs into an environment's ``extra_rewards`` too.
 
-Fixes over the earlier implementation (twinkle-behaviour §11.29-30):
+What they take care of:
 
 * F1's filler-word leniency compares stemmed tokens with the *stemmed* filler list, so all
-  25 filler words work (``heavy``, ``roughly``... never matched before);
+  25 filler words work (``heavy``, ``roughly``... match once stemmed);
 * no ground truth gives 0.0, not 1.0 for an empty prediction;
 * golds are read with :func:`~twinkle.data_format.user_data_get` decoding, like every other
   reader (packed strings lose their JSON quotes);

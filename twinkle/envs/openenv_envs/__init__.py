@@ -1,7 +1,7 @@
 """OpenEnv environments that ship with twinkle.
 
 OpenEnv's own environments are installed from git repositories, not from the package index,
-so offline machines and CI cannot get them (platform-notes §6.2). These small packages
+so offline machines and CI cannot get them. These small packages
 follow the upstream layout (``models.py``, ``client.py``, ``server/<x>_environment.py``,
 ``server/app.py``) so the adapters in ``twinkle.envs.openenv`` discover them exactly as they
 would discover an upstream environment.
