@@ -1,12 +1,16 @@
-"""Curation flow: load -> dedup -> quality filters -> PII rewrite -> curated data and dropped log.
+"""Curation flow: inputs -> dedup -> quality filters -> PII rewrite -> curated data, dropped log.
 
-Each task wraps one library call (``twinkle.io``, ``twinkle.preprocessor.chain``,
-``PIIPresidioFilter``) and passes its output to the next as a file (see ``flows.common``);
-under a Ray task runner the filters run per shard, spread over the cluster. Results are
-persisted and cached on the input files' hash + settings, so a crashed run resumes from
-its last finished stage. The PII step runs when the ``pii`` extra
-is installed; otherwise it is reported as skipped, with the reason, in the summary, the
-Prefect artifact and MLflow.
+The chain runs as one task that streams (``twinkle.preprocessor.stream.curate_stream``):
+rows go through the per-row steps ``batch_size`` at a time, so memory is bounded by the
+batch and the dedup index, never by the input. Its work folder (under
+``<output_dir>/.work``, named by the inputs' hash and the chain) keeps every finished shard
+of ``shard_size`` rows, so a killed flow resumes at the first unfinished shard; the task's
+result is cached on the same fingerprint plus the run's output paths, so a rerun with the
+same inputs and settings finds it (state ``Cached``). With ``run.ray_address`` the chain
+runs on that cluster with Ray Data instead (``twinkle.preprocessor.ray_backend.curate_ray``,
+the same kept rows). The PII step (``PIIPresidioFilter(all_fields=True)``, the chain's last
+step) runs when the ``pii`` extra is installed; otherwise it is reported as skipped, with the
+reason, in the summary, the Prefect artifact and MLflow.
 
 Example:
     >>> from flows.curation import curation_flow
@@ -17,7 +21,6 @@ Example:
 from __future__ import annotations
 
 import importlib.util
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -26,19 +29,15 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from flows.common import (
-    concat_files,
     count_lines,
     files_fingerprint,
     fingerprint,
     flow_run_id,
     on_ray_if_asked,
     output_dir,
-    read_rows_cached,
-    spans,
     stage_key,
     stage_task,
     work_path,
-    write_work_rows,
 )
 from flows.lifecycle import (
     check_before_work,
@@ -56,80 +55,52 @@ from flows.tracking import finish_tracking, log_curation, start_tracking
 from twinkle.errors import MissingExtraError
 from twinkle.io_formats import expand_sources
 
-
-def _dropped_log(path: str) -> str:
-    """A dropped-row log owned by one stage result; cleared before the stage (re)runs."""
-    from twinkle.preprocessor.quality import truncate_dropped_logs
-
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    truncate_dropped_logs(path)
-    return path
+#: Rows per batch of the per-row steps (what the curation task holds besides the dedup index).
+BATCH_SIZE = 1000
 
 
-@task(name="dedup-rows", task_run_name="dedup-rows", cache_key_fn=stage_key)
-def dedup_rows(
-    inputs: list[str], names: list[str], fp: str, out: str, input_format: str = "auto"
-) -> dict[str, Any]:
-    """Global dedup steps over the input files (they need every row at once).
-
-    Writes the positions of the kept rows (a small JSON list), not the rows: the next
-    stage reads the input files itself, from memory when it runs in this process.
-    """
-    from twinkle.preprocessor.chain import build_pipeline, curate_rows
-
-    rows = read_rows_cached(inputs, input_format)
-    keep, log, steps = list(range(len(rows))), None, []
-    if names:
-        log = _dropped_log(work_path(out, "dedup", fp, ".dropped.jsonl"))
-        kept, stats = curate_rows(rows, build_pipeline(names), dropped_log_path=log)
-        position = {id(r): i for i, r in enumerate(rows)}
-        if any(
-            id(r) not in position for r in kept
-        ):  # a dedup step that copies rows breaks positions
-            raise RuntimeError(
-                f"dedup steps {names} returned new row objects; positions need the originals"
-            )
-        keep, steps = [position[id(r)] for r in kept], stats.as_dict()["steps"]
-    path = work_path(out, "dedup", fp, ".json")
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(keep))
-    return {
-        "path": path,
-        "fingerprint": fp,
-        "rows_in": len(rows),
-        "rows": len(keep),
-        "steps": steps,
-        "log": log,
-    }
-
-
-@task(name="run-filters", task_run_name="run-filters-{shard}", cache_key_fn=stage_key)
-def run_filters(
+@task(name="curate-stream", task_run_name="curate-stream", cache_key_fn=stage_key)
+def curate_data(
     inputs: list[str],
-    kept_path: str,
-    start: int,
-    end: int,
-    shard: int,
     names: list[str],
+    params: dict[str, dict[str, Any]],
+    input_format: str | None,
+    curated_path: str,
+    dropped_path: str,
     fp: str,
-    out: str,
-    input_format: str = "auto",
+    work_dir: str,
+    shard_rows: int,
+    ray_address: str | None = None,
 ) -> dict[str, Any]:
-    """The per-batch quality filters over rows ``[start, end)`` of the deduplicated rows."""
-    from twinkle.preprocessor.chain import build_pipeline, curate_rows
+    """The chain ``names`` over ``inputs``, streamed: writes the curated file and the dropped
+    log (``{step, reason, row}`` lines); returns the counts (no rows).
 
-    rows = read_rows_cached(inputs, input_format)
-    keep = json.loads(Path(kept_path).read_text())[start:end]
-    log = _dropped_log(work_path(out, "filters", fp, ".dropped.jsonl"))
-    kept, stats = curate_rows([rows[i] for i in keep], build_pipeline(names), dropped_log_path=log)
-    path = work_path(out, "filters", fp)
-    n = write_work_rows(path, kept)
+    Resumes from ``work_dir`` at the first unfinished shard (``curate_stream(resume=True)``).
+    With ``ray_address`` the chain runs there on Ray Data (``curate_ray``; no resumption, and
+    the tags of tagging steps are not counted).
+    """
+    if ray_address:
+        from twinkle.preprocessor.ray_backend import curate_ray
+
+        summary = curate_ray(
+            inputs, curated_path, dropped_path, names, params=params, address=ray_address,
+            batch_size=BATCH_SIZE, input_format=input_format,
+        )  # fmt: skip
+    else:
+        from twinkle.preprocessor.stream import curate_stream
+
+        summary = curate_stream(
+            inputs, curated_path, dropped_path, names, params=params, batch_size=BATCH_SIZE,
+            input_format=input_format, shard_rows=shard_rows, work_dir=work_dir, resume=True,
+            progress=False,
+        )  # fmt: skip
+        if summary.shards_reused:
+            stage_log(f"curation: resumed, {summary.shards_reused} of {summary.shards} shards done")
     return {
-        "path": path,
-        "fingerprint": fp,
-        "rows": n,
-        "steps": stats.as_dict()["steps"],
-        "log": log,
+        "rows_in": summary.rows_in,
+        "rows_out": summary.rows_out,
+        "dropped": count_lines(dropped_path),
+        "steps": summary.stats.as_dict()["steps"],
     }
 
 
@@ -143,143 +114,62 @@ def pii_available() -> str | None:
     return None
 
 
-@task(name="rewrite-pii", task_run_name="rewrite-pii-{shard}", cache_key_fn=stage_key)
-def rewrite_pii(source: str, shard: int, fp: str, out: str) -> dict[str, Any]:
-    """PIIPresidioFilter over one filtered shard: personal data rewritten before anything is
-    traced."""
-    from twinkle.preprocessor.chain import Stage, curate_rows
-    from twinkle.preprocessor.pii_presidio_filter import PIIPresidioFilter
-
-    log = _dropped_log(work_path(out, "pii", fp, ".dropped.jsonl"))
-    kept, stats = curate_rows(
-        read_rows_cached([source]),
-        [Stage("pii", PIIPresidioFilter(all_fields=True), False)],  # ids, metadata too
-        dropped_log_path=log,
-    )
-    path = work_path(out, "pii", fp)
-    n = write_work_rows(path, kept)
-    return {
-        "path": path,
-        "fingerprint": fp,
-        "rows": n,
-        "steps": stats.as_dict()["steps"],
-        "log": log,
-    }
-
-
-@task(
-    name="write-curated",
-    task_run_name="write-curated",
-    cache_key_fn=stage_key,
-    retries=2,
-    retry_delay_seconds=1,
-)
-def write_curated(
-    shards: list[str], logs: list[str], curated_path: str, dropped_path: str, fp: str
-) -> dict[str, Any]:
-    """The curated file (the shards' rows, in order) and the merged dropped log
-    (``{step, reason, row}`` lines)."""
-    from twinkle.io import write_rows
-
-    if curated_path.endswith(".jsonl"):
-        concat_files(shards, curated_path)  # JSONL shards: bytes appended, nothing parsed
-        rows_out = count_lines(curated_path)
-    else:
-        rows_out = write_rows(curated_path, read_rows_cached(shards))
-    concat_files([log for log in logs if log], dropped_path)
-    dropped = count_lines(dropped_path)
-    return {"fingerprint": fp, "rows_out": rows_out, "dropped": dropped}
-
-
-def merge_steps(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Per-step stats of several shards summed (``PipelineStats`` merge, by step name)."""
-    from twinkle.preprocessor.quality import PipelineStats
-
-    total = PipelineStats()
-    for steps in parts:
-        shard = PipelineStats()
-        for st in steps:
-            shard.record(
-                st["step"],
-                st["rows_in"],
-                st["rows_out"],
-                st.get("dropped") or {},
-                st.get("seconds", 0.0),
-                st.get("tags"),
-            )
-        total.merge(shard)
-    return total.as_dict()["steps"]
-
-
 def run_curation(
     params: CurationParams, run: RunParams, dest: Path | None = None
 ) -> dict[str, Any]:
-    """The curation stages as tasks of the current flow run; returns the stage summary (no rows).
+    """The curation task of the current flow run; returns the stage summary (no rows).
 
-    Filters and PII run as one task per ``shard_size`` rows under a Ray task runner (each
-    shard on its own worker); under the thread-pool runner as one task, since threads share
-    one interpreter and shards would only add file writes. ``dest``: the run's own folder
-    for the curated file and dropped log (default: the output folder); stage caches stay in
-    the output folder, shared by every run.
+    The chain is ``dedup``/``neardedup`` (as switched), ``params.filters``, then ``pii``
+    (``all_fields=True``: ids and metadata too) when it runs. ``dest``: the run's own folder
+    for the curated file and dropped log (default: the output folder); the stream's work
+    folder and the task cache stay in the output folder, shared by every run.
     """
     started = time.perf_counter()
     out = output_dir(run.output_dir)
     dest = dest or out
-    o, refresh = str(out), run.refresh_cache
     dedup_names = (["dedup"] if params.dedup else []) + (["neardedup"] if params.near_dedup else [])
-    # Folders and globs resolve to their files here, so every stage and the cache key see
-    # the same list; a save_to_disk folder stays one source.
-    inputs = [str(p) for p in expand_sources(params.inputs)]
-    fmt = params.input_format
-    source = files_fingerprint(inputs)
-    fp = fingerprint("dedup", source, dedup_names, *([] if fmt == "auto" else [fmt]))
-    deduped = stage_task(dedup_rows, out, refresh, work_path(o, "dedup", fp, ".json"))(
-        inputs, dedup_names, fp, o, fmt
-    )
-    ranges = spans(deduped["rows"], params.shard_size if run.ray_address else None)
-    fps = [fingerprint("filters", fp, a, b, params.filters) for a, b in ranges]
-    futures = [
-        stage_task(run_filters, out, refresh, work_path(o, "filters", fps[k])).submit(
-            inputs, deduped["path"], a, b, k, params.filters, fps[k], o, fmt
-        )
-        for k, (a, b) in enumerate(ranges)
-    ]
-    filtered = [f.result() for f in futures]
-    parts = [deduped["steps"]] + [f["steps"] for f in filtered]
-    logs = [deduped["log"]] + [f["log"] for f in filtered]
-
     pii_reason = None if params.pii != "off" else "disabled (pii='off')"
     if pii_reason is None:
         pii_reason = pii_available()
         if pii_reason and params.pii == "on":
             raise RuntimeError(f"pii='on' but the PII step cannot run: {pii_reason}")
-    if pii_reason is None:
-        fps = [fingerprint("pii", f["fingerprint"], "all_fields") for f in filtered]
-        futures = [
-            stage_task(rewrite_pii, out, refresh, work_path(o, "pii", fps[k])).submit(
-                f["path"], k, fps[k], o
-            )
-            for k, f in enumerate(filtered)
-        ]
-        filtered = [f.result() for f in futures]
-        parts += [f["steps"] for f in filtered]
-        logs += [f["log"] for f in filtered]
+    names = dedup_names + list(params.filters) + (["pii"] if pii_reason is None else [])
+    chain_params = {"pii": {"all_fields": True}} if pii_reason is None else {}
+    # Folders and globs resolve to their files here, so the task and the cache key see the
+    # same list; a save_to_disk folder stays one source.
+    inputs = [str(p) for p in expand_sources(params.inputs)]
+    fmt = params.input_format
+    # The curated rows' identity (inputs' bytes, chain, format), not where a run writes
+    # them: a later run (another folder) finds the rollout stages it feeds in the cache,
+    # and the stream's finished shards in the work folder.
+    fp = fingerprint("curate", files_fingerprint(inputs), names, chain_params, fmt)
     curated_path = str(dest / "curated" / f"{params.dataset}.jsonl")
     dropped_path = str(dest / "curated" / f"{params.dataset}.dropped.jsonl")
-    wfp = fingerprint("write", [f["fingerprint"] for f in filtered], curated_path, dropped_path)
-    written = stage_task(write_curated, out, refresh, curated_path, dropped_path)(
-        [f["path"] for f in filtered], logs, curated_path, dropped_path, wfp
+    backend = "ray" if run.ray_address else "stream"
+    task_fp = fingerprint(backend, fp, curated_path, dropped_path)
+    curate = stage_task(curate_data, out, run.refresh_cache, curated_path, dropped_path)
+    if run.ray_address:
+        curate = curate.with_options(name="curate-ray", task_run_name="curate-ray")
+    written = curate(
+        inputs,
+        names,
+        chain_params,
+        None if fmt == "auto" else fmt,  # auto: rows in no known format reach the filters
+        curated_path,
+        dropped_path,
+        task_fp,
+        work_path(out, "curate", fp, ""),
+        params.shard_size,
+        run.ray_address,
     )
     return {
-        "rows_in": deduped["rows_in"],
+        "rows_in": written["rows_in"],
         "rows_out": written["rows_out"],
         "dropped": written["dropped"],
-        "steps": merge_steps(parts),
+        "steps": written["steps"],
         "curated_path": curated_path,
         "dropped_path": dropped_path,
-        # The curated rows' identity, not where this run wrote them: a later run (another
-        # folder) finds the rollout stages it feeds in the cache.
-        "fingerprint": fingerprint("curated", [f["fingerprint"] for f in filtered]),
+        "fingerprint": fp,
         "pii": "ran" if pii_reason is None else f"skipped: {pii_reason}",
         "settings": params.model_dump(),
         "seconds": time.perf_counter() - started,

@@ -30,7 +30,7 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = PROJECT_ROOT / "examples"
 
 #: Per-batch steps of the default chain. Its global steps (dedup, neardedup) are left out:
-#: the flow runs them as its own dedup stage, switched by ``dedup`` and ``near_dedup``.
+#: the flow puts them first in the chain, switched by ``dedup`` and ``near_dedup``.
 DEFAULT_FILTERS = [name for name in DEFAULT_CHAIN if not FILTERS[name][2]]
 
 
@@ -77,8 +77,8 @@ class CurationParams(_Params):
         2000,
         ge=1,
         le=1_000_000,
-        description="Rows per filter task under a Ray task runner "
-        "(the thread-pool runner runs one task).",
+        description="Rows per shard of the streamed curation, the unit a killed run "
+        "resumes at (with ray_address, Ray Data splits the work itself).",
     )
     pii: Literal["auto", "on", "off"] = Field(
         "auto",

@@ -97,7 +97,7 @@ def test_rerun_with_the_same_key_resumes_cached_stages_without_duplicates(
     second = pipeline_flow(cur, rol, tracking, run, return_state=True)
     assert flow_state(first) == flow_state(second) == "COMPLETED"
     states = task_states(second)
-    assert states["run-rollouts-0"] == "Cached" and states["run-filters-0"] == "Cached"
+    assert states["run-rollouts-0"] == "Cached" and states["curate-stream"] == "Cached"
     client, exp = mlflow_client(tracking_params)
     assert len(client.search_runs([exp])) == 3  # one run + two stages, found again by key
     assert len(client.search_traces(locations=[exp])) == 4
@@ -225,7 +225,7 @@ def test_a_flow_killed_halfway_resumes_from_finished_stages(
     )
     assert flow_state(rerun) == "COMPLETED"
     states = task_states(rerun)
-    assert states["dedup-rows"] == states["run-filters-0"] == states["write-curated"] == "Cached"
+    assert states["curate-stream"] == "Cached"  # the curation task, found by fingerprint
     assert states["run-rollouts-0"] == "Completed"  # new policy settings: this stage runs again
     assert rerun.result()["reward_mean"] == 1.0
     client, exp = mlflow_client(tracking_params)
