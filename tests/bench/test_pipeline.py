@@ -61,8 +61,9 @@ def test_overhead_part_times_the_same_work_direct_and_as_a_flow(bench, prefect_a
     assert all(len(out[k]) == 1 and out[k][0] > 0 for k in runs)
     # One warm round: its paired ratio is the median, and it is the flow time over the direct.
     assert out["overhead_ratio_runs"] == [out["overhead_ratio"]]
+    # The run times are reported rounded, so the ratio rebuilt from them agrees only to a few %.
     assert out["overhead_ratio"] == pytest.approx(
-        out["flow_runs_s"][0] / out["stages_direct_runs_s"][0] - 1, abs=0.05
+        out["flow_runs_s"][0] / out["stages_direct_runs_s"][0] - 1, rel=0.05, abs=0.05
     )
     for key in (
         "overhead_ratio",

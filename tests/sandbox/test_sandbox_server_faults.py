@@ -99,7 +99,10 @@ def test_server_crash_and_restart_give_error_observations(root_dir):
             ("write_file", {"path": "a", "content": "b"}),
         ]:
             result = env.step(name, args)
-            assert result.observation.startswith("Error:") and result.done is False, result
+            # An unreachable server is an infrastructure failure: the episode ends with the
+            # cause in info["env_failed"], never as a tool result for the model.
+            assert result.observation.startswith("Error:") and result.done is True, result
+            assert "unreachable" in str(result.info.get("env_failed", "")), result
         assert time.monotonic() - start < 60  # errors, not hangs
         proc, url = start_cli(port, tmp_path / "second")
         result = env.step("run_command", {"command": "echo after-restart"})
