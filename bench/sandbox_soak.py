@@ -2,8 +2,10 @@
 seconds through the real e2b SDK, against a ``twinkle sandbox serve`` in its own process.
 
 Counts every error (the figure to reach is 0 for 128 sandboxes x 60 s) and reports operation
-latency percentiles and the server's peak RSS. The baseline is the same loop against one
-sandbox, so the per-operation slowdown under load is printed as a ratio.
+latency percentiles and the server's peak RSS. Then kills a sandbox holding ``--kill-files``
+files while another sandbox runs commands, and reports their p99 (target under 100 ms). The
+baseline is the same loop against one sandbox, so the per-operation slowdown under load is
+printed as a ratio.
 
     .venv/bin/python bench/sandbox_soak.py --sandboxes 128 --seconds 60
 """
@@ -96,10 +98,52 @@ async def soak(kw: dict, sandboxes: int, seconds: float, pid: int) -> dict:
     }
 
 
+async def kill_stall(kw: dict, files: int) -> dict:
+    """Another sandbox's command latency while a sandbox holding ``files`` files is killed."""
+    from e2b import AsyncSandbox
+
+    big = await AsyncSandbox.create(timeout=600, **kw)
+    other = await AsyncSandbox.create(timeout=600, **kw)
+    per_dir = 1000
+    make = (
+        "import os\n"
+        f"for d in range({max(1, files // per_dir)}):\n"
+        "    os.makedirs(f'/home/user/many/{d}')\n"
+        f"    for f in range({per_dir}):\n"
+        "        open(f'/home/user/many/{d}/{f}', 'w').close()\n"
+    )
+    await big.files.write("/home/user/make.py", make)
+    await big.commands.run("python3 /home/user/make.py", timeout=600)
+    await other.commands.run("echo warm")
+    times: list[float] = []
+
+    async def probe() -> None:
+        for _ in range(100):
+            t0 = time.perf_counter()
+            await other.commands.run("echo ok")
+            times.append(time.perf_counter() - t0)
+
+    t0 = time.perf_counter()
+    killer = asyncio.create_task(big.kill())
+    await probe()
+    await killer
+    kill_s = time.perf_counter() - t0
+    await other.kill()
+    times.sort()
+    return {
+        "files": files,
+        "kill_and_probes_s": round(kill_s, 3),
+        "other_command_ms_p50": round(times[len(times) // 2] * 1000, 1),
+        "other_command_ms_p99": round(times[min(len(times) - 1, int(0.99 * len(times)))] * 1000, 1),
+        "target_p99_under_100ms": times[min(len(times) - 1, int(0.99 * len(times)))] < 0.1,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sandboxes", type=int, default=128)
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--kill-files", type=int, default=200_000, help="0 skips the kill part")
     args = parser.parse_args()
     serve = subprocess.Popen(
         [sys.executable, "-m", "twinkle", "sandbox", "serve", "--port", "0", "--api-key", "soak"],
@@ -112,6 +156,7 @@ def main() -> None:
         kw = {"api_url": url, "sandbox_url": url, "api_key": "soak"}
         baseline = asyncio.run(soak(kw, 1, min(10.0, args.seconds), serve.pid))
         loaded = asyncio.run(soak(kw, args.sandboxes, args.seconds, serve.pid))
+        stall = asyncio.run(kill_stall(kw, args.kill_files)) if args.kill_files else None
     finally:
         serve.terminate()
         serve.wait(timeout=60)
@@ -125,6 +170,7 @@ def main() -> None:
                 "soak": loaded,
                 "op_p50_vs_one_sandbox": round(p50, 2),
                 "target_zero_errors": loaded["errors"] == 0,
+                "kill_stall": stall,
             },
             indent=2,
         )

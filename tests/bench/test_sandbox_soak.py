@@ -17,7 +17,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "sandbox_soak.py"
 
 def test_soak_runs_mixed_operations_without_errors():
     out = subprocess.run(
-        [sys.executable, str(BENCH), "--sandboxes", "6", "--seconds", "3"],
+        [sys.executable, str(BENCH), "--sandboxes", "6", "--seconds", "3", "--kill-files", "5000"],
         capture_output=True,
         text=True,
         timeout=240,
@@ -30,3 +30,8 @@ def test_soak_runs_mixed_operations_without_errors():
     assert soak["operations"] >= 6 * 5
     assert 0 < soak["op_ms_p50"] <= soak["op_ms_p99"] < 60_000
     assert 0 < soak["server_peak_rss_mb"] < 2048 and report["target_zero_errors"] is True
+    stall = report["kill_stall"]
+    assert (
+        stall["files"] == 5000
+        and 0 < stall["other_command_ms_p50"] <= stall["other_command_ms_p99"]
+    )
