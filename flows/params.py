@@ -142,6 +142,11 @@ class RolloutParams(_Params):
         description="Registered task environments to roll out (twinkle.core.registry); "
         "they need a policy model (base_url + model).",
     )
+    envs: str | None = Field(
+        None,
+        description="A YAML file of environments (adapter, name, config, cleaners, judge; see "
+        "examples/envs/ in the repository) rolled out as tasks beside `tasks`.",
+    )
     tasks_limit: int | None = Field(
         None, ge=1, description="Tasks per environment at most (all when empty)."
     )

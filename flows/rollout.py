@@ -86,6 +86,7 @@ from flows.tracking import (
     trace_file,
     trace_key,
 )
+from twinkle.core.config import env_file_tasks
 from twinkle.rollout.runner import (
     RolloutConfig,
     RolloutRunner,
@@ -289,8 +290,9 @@ def run_rollout(
     replay = params.policy.replay
     skipped: dict[str, str] = {}
     paths = list(conversations if conversations is not None else params.conversations)
-    envs = list(params.tasks) if params.tasks and not replay else []
-    if params.tasks and replay:
+    tasks = list(params.tasks) + env_file_tasks(params.envs)
+    envs = tasks if tasks and not replay else []
+    if tasks and replay:
         skipped["tasks"] = (
             "task environments need a policy model (give base_url and model); "
             "the replay policy only answers recorded conversations"

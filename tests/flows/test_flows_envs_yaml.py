@@ -1,5 +1,6 @@
-"""An environments file with three adapters rolled out by the flow with a scripted policy;
-the rewards reach MLflow (`twinkle run --envs envs.yaml` hands the flow these tasks)."""
+"""An environments file with three adapters rolled out by the flow with a scripted policy,
+named by the flow's `envs` parameter (the Prefect form's field; `twinkle run --envs` gives the
+same tasks); the rewards reach MLflow."""
 
 from __future__ import annotations
 
@@ -31,7 +32,6 @@ def test_environment_file_rolls_out_through_the_flow_and_rewards_reach_mlflow(
 ):
     from flows.params import PolicyParams, RolloutParams, RunParams
     from flows.rollout import rollout_flow
-    from twinkle.core.config import load_environments
     from twinkle.integrations.rollout_bridge import trajectories_for
     from twinkle.testing.openai_server import OpenAIServer
 
@@ -40,7 +40,6 @@ def test_environment_file_rolls_out_through_the_flow_and_rewards_reach_mlflow(
     )
     envs = tmp_path / "envs.yaml"
     envs.write_text(YAML)
-    tasks = [f"@{envs}#{cfg.key}" for cfg in load_environments(envs)]  # what --envs passes
     answers = {}
     for k, row in enumerate(trajectories_for(f"@{envs}")):
         gold = json.loads(dict(row["user_data"])["ground_truth"])
@@ -56,7 +55,8 @@ def test_environment_file_rolls_out_through_the_flow_and_rewards_reach_mlflow(
     with OpenAIServer(respond) as server:
         rollout = RolloutParams(
             conversations=[],
-            tasks=tasks,
+            tasks=[],
+            envs=str(envs),
             policy=PolicyParams(base_url=server.base_url, model="test-model"),
         )
         state = rollout_flow(

@@ -224,11 +224,10 @@ def run(
             "--base-url and --model go together (or give neither to replay recordings)"
         )
     if envs_file:
-        from twinkle.core.config import load_environments
+        from twinkle.core.config import env_file_tasks
 
         try:  # one "@file#key" task per entry, so --tasks-limit-style caps apply per env
-            path = Path(envs_file).resolve()
-            tasks = (*tasks, *(f"@{path}#{cfg.key}" for cfg in load_environments(path)))
+            tasks = (*tasks, *env_file_tasks(envs_file))
         except (OSError, ValueError, TypeError) as exc:
             raise click.BadParameter(str(exc), param_hint="--envs") from exc
     if tasks and not base_url:

@@ -43,7 +43,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
-__all__ = ["EnvironmentConfig", "EnvironmentFactory", "JudgeConfig", "load_environments"]
+__all__ = [
+    "EnvironmentConfig",
+    "EnvironmentFactory",
+    "JudgeConfig",
+    "env_file_tasks",
+    "load_environments",
+]
 
 #: adapters whose environment takes the judge as ``judge=`` instead of ``extra_rewards``
 _JUDGE_KWARG = {"dialogue": "judge"}
@@ -214,6 +220,22 @@ def load_environments(path: str | Path) -> list[EnvironmentConfig]:
     judge = JudgeConfig.from_dict(data["judge"]) if data.get("judge") else None
     configs = [EnvironmentConfig.from_dict(entry, judge) for entry in data["environments"]]
     return [_beside(cfg, Path(path).resolve().parent) for cfg in configs]
+
+
+def env_file_tasks(path: str | Path | None) -> list[str]:
+    """One ``@<file>#<key>`` task spec per environment of a YAML file (none for None).
+
+    The rollout bridge rebuilds each environment from its spec, so a flow or a CLI run
+    names the file once and every entry becomes a task of its own.
+
+    Example:
+        >>> env_file_tasks(None)
+        []
+    """
+    if not path:
+        return []
+    resolved = Path(path).resolve()
+    return [f"@{resolved}#{cfg.key}" for cfg in load_environments(resolved)]
 
 
 def _beside(cfg: EnvironmentConfig, folder: Path) -> EnvironmentConfig:
