@@ -41,13 +41,12 @@ from flows.lifecycle import (
 from flows.params import CurationParams, RolloutParams, RunParams, TrackingParams
 from flows.rollout import (
     SandboxEndpoint,
-    check_rollout,
-    publish_rollout,
+    close_run,
     rollout_summary,
     run_rollout,
     sandbox_endpoint,
 )
-from flows.tracking import finish_tracking, log_curation, log_rollout, start_tracking
+from flows.tracking import log_curation, log_rollout, start_tracking
 
 
 @flow(name="twinkle-pipeline", log_prints=True)
@@ -137,15 +136,6 @@ def _pipeline(
             "run_dir": str(dest),
             "reused": reused_stages(),
         }
-        try:
-            verdict = check_rollout(rolled, rollout)
-        except Exception as exc:
-            publish_rollout(rolled, tracked, ctx, verdict=f"Failed: {exc}")
-            finish_tracking(ctx, {**summary, "error": str(exc)}, status="FAILED")
-            raise
-        if verdict:
-            summary["warning"] = verdict
-        publish_rollout(rolled, tracked, ctx, verdict=verdict)
-        finish_tracking(ctx, summary)
+        close_run(ctx, rolled, tracked, rollout, summary)
         point_latest(out, dest)
     return summary

@@ -540,15 +540,27 @@ def rollout_flow(
                 "run_dir": str(dest),
                 "reused": reused_stages(),
             }
-            try:
-                verdict = check_rollout(result, rollout)
-            except Exception as exc:
-                publish_rollout(result, tracked, ctx, verdict=f"Failed: {exc}")
-                finish_tracking(ctx, {**summary, "error": str(exc)}, status="FAILED")
-                raise
-            if verdict:
-                summary["warning"] = verdict
-            publish_rollout(result, tracked, ctx, verdict=verdict)
-            finish_tracking(ctx, summary)
+            close_run(ctx, result, tracked, rollout, summary)
             point_latest(out, dest)
     return summary
+
+
+def close_run(
+    ctx: Any,
+    result: dict[str, Any],
+    tracked: dict[str, Any],
+    params: RolloutParams,
+    summary: dict[str, Any],
+) -> None:
+    """Judge the rollout against ``max_failure_rate``, publish the artifacts and end the
+    MLflow run: FAILED (and re-raised) over the threshold, with a warning under it."""
+    try:
+        verdict = check_rollout(result, params)
+    except Exception as exc:
+        publish_rollout(result, tracked, ctx, verdict=f"Failed: {exc}")
+        finish_tracking(ctx, {**summary, "error": str(exc)}, status="FAILED")
+        raise
+    if verdict:
+        summary["warning"] = verdict
+    publish_rollout(result, tracked, ctx, verdict=verdict)
+    finish_tracking(ctx, summary)
