@@ -187,7 +187,8 @@ def test_unknown_format_names_file_and_row(tmp_path):
 
 
 def test_datasets_objects_and_save_to_disk_folders(tmp_path):
-    datasets = pytest.importorskip("datasets")
+    import datasets
+
     ds = datasets.Dataset.from_list([SHAREGPT, dict(SHAREGPT, id="second")])
     rows = read_rows_list(ds)
     assert [r["id"] for r in rows] == ["QWJhYvA_0", "second"] and rows[0]["messages"]

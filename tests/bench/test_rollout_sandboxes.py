@@ -16,7 +16,6 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "rollout_sandboxes.py"
 
 @pytest.fixture(scope="module")
 def bench():
-    pytest.importorskip("e2b")
     spec = importlib.util.spec_from_file_location("twinkle_bench_rollout_sandboxes", BENCH)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

@@ -81,9 +81,9 @@ def test_tag_counts_reach_pipeline_stats_and_curate_summary(tmp_path):
 
 
 def test_datasets_map_mark_mode_keeps_tags():
-    import pytest
 
-    datasets = pytest.importorskip("datasets")
+    import datasets
+
     from twinkle.preprocessor.quality import run_quality_pipeline
 
     ds = datasets.Dataset.from_list([{"messages": ROWS[i][2]} for i in (9, 10, 50)])

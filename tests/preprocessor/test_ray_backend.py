@@ -24,7 +24,6 @@ CHAIN = "dedup,neardedup,hard,deadloop,normalize"
 
 @pytest.fixture(scope="module")
 def cluster():
-    pytest.importorskip("ray.data")
     from twinkle.testing.ray_local import LocalRayCluster, pids_of
 
     c = LocalRayCluster(workers=2, cpus=1, head_cpus=0, object_store_mb=100).start()

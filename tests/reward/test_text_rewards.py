@@ -8,8 +8,6 @@ from twinkle.data_format import pack_value
 from twinkle.reward import CoTReward, F1Reward, ToolExploreReward, f1_score
 from twinkle.reward.text_rewards import FILLER_WORDS, last_boxed
 
-pytest.importorskip("nltk")
-
 
 def _traj(answer, *golds, extra=()):
     return {

@@ -40,12 +40,10 @@ def cgroups_here() -> bool:
     return probe.enforced == ("memory", "pids", "cpu")
 
 
-needs_cgroups = pytest.mark.skipif(
-    not cgroups_here(), reason="per-sandbox cgroups need root and a cgroup hierarchy"
-)
-needs_slirp = pytest.mark.skipif(
-    find_slirp4netns() is None, reason="isolated networking needs slirp4netns (apt-get install)"
-)
+# These machines run the suite as root with cgroups and slirp4netns (.ci/run installs it):
+# a missing piece is a broken set-up, so it fails rather than skips.
+assert cgroups_here(), "per-sandbox cgroups need root and a cgroup hierarchy"
+assert find_slirp4netns() is not None, "isolated networking needs slirp4netns (apt-get install)"
 
 
 def run(sbx: Sandbox, command: str, timeout: float = 60) -> tuple[int, str]:
@@ -178,7 +176,6 @@ def test_require_limits_refuses_to_start_when_one_is_missing(monkeypatch):
 
 
 # -- memory ------------------------------------------------------------------------------
-@needs_cgroups
 def test_processes_together_cannot_exceed_the_sandboxs_memory(server, sdk):
     sbx = Sandbox.create(template="small", timeout=120, **sdk)  # 256 MiB
     try:
@@ -206,7 +203,6 @@ def test_processes_together_cannot_exceed_the_sandboxs_memory(server, sdk):
         sbx.kill()
 
 
-@needs_cgroups
 def test_files_in_the_sandboxs_tmpfs_count_against_its_memory(server, sdk):
     sbx = Sandbox.create(template="little-disk", timeout=60, **sdk)
     try:
@@ -281,7 +277,6 @@ def test_the_file_api_reaches_the_sandboxs_files_right_after_create(sdk):
 
 
 # -- processes and CPU -------------------------------------------------------------------
-@needs_cgroups
 def test_a_fork_bomb_hits_the_sandboxs_pids_limit(server, sdk):
     sbx = Sandbox.create(template="small", timeout=60, **sdk)  # max_processes 48
     try:
@@ -313,7 +308,6 @@ def test_a_fork_bomb_hits_the_sandboxs_pids_limit(server, sdk):
     assert wait_until(lambda: not pids.exists())
 
 
-@needs_cgroups
 def test_the_cpu_limit_applies_to_the_whole_sandbox(server, sdk):
     sbx = Sandbox.create(timeout=60, **sdk)  # cpu_count 1
     try:
@@ -366,7 +360,6 @@ def host_loopback_service() -> Iterator[int]:
     listener.close()
 
 
-@needs_slirp
 def test_net_sandboxes_reach_neither_each_other_nor_the_host_loopback(sdk, host_loopback_service):
     a = Sandbox.create(template="net", timeout=60, **sdk)
     b = Sandbox.create(template="net", timeout=60, **sdk)
@@ -394,7 +387,6 @@ def test_net_sandboxes_reach_neither_each_other_nor_the_host_loopback(sdk, host_
         a.kill(), b.kill()
 
 
-@needs_slirp
 def test_net_sandboxes_have_slirp_addresses_gateway_and_dns(sdk):
     sbx = Sandbox.create(template="net", timeout=60, **sdk)
     try:
@@ -415,8 +407,7 @@ def namespace_service() -> Iterator[tuple[str, int]]:
     Stands for "the outside": the sandbox's traffic leaves through slirp4netns in the host's
     namespace and is routed over the veth into this namespace. Nothing else is contacted.
     """
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("needs root and iproute2 to create a network namespace")
+    assert os.geteuid() == 0 and shutil.which("ip"), "needs root and iproute2 (apt-get)"
     tag = f"tw{os.getpid() % 100000}"
     ns, host_if, ns_if = f"{tag}ns", f"{tag}h", f"{tag}n"
     subnet = f"10.213.{os.getpid() % 250}"
@@ -444,7 +435,7 @@ def namespace_service() -> Iterator[tuple[str, int]]:
         time.sleep(0.5)
         yield ns_ip, 8099
     except subprocess.CalledProcessError as exc:
-        pytest.skip(f"cannot create a test network namespace: {exc.stderr!r}")
+        raise AssertionError(f"cannot create a test network namespace: {exc.stderr!r}") from exc
     finally:
         if service is not None:
             service.kill()
@@ -453,7 +444,6 @@ def namespace_service() -> Iterator[tuple[str, int]]:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
 
 
-@needs_slirp
 def test_a_net_sandbox_reaches_a_service_outside_its_namespace(sdk, namespace_service):
     address, port = namespace_service
     fetch = (

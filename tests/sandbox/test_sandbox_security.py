@@ -104,8 +104,7 @@ def test_no_network_unless_the_template_allows_it(sdk, server):
         assert run(closed, devices) == (0, "lo\n")  # no way out at all
         # With network: a device of its own (slirp4netns), yet the server's loopback stays
         # out of reach (tests/sandbox/test_sandbox_limits.py checks more).
-        if find_slirp4netns() is None:  # the host's network: the old, shared behaviour
-            pytest.skip("isolated networking needs slirp4netns")
+        assert find_slirp4netns() is not None, "isolated networking needs slirp4netns (apt-get)"
         assert run(opened, devices) == (0, "lo tap0\n")
         code, out = run(opened, probe)
         assert code != 0 and "connected" not in out

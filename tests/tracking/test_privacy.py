@@ -45,7 +45,6 @@ def _stored_bytes(tmp_path: Path) -> dict[str, bytes]:
 
 
 def test_planted_secrets_and_pii_never_reach_the_mlflow_store(prefect_api, tmp_path):
-    pytest.importorskip("presidio_analyzer")
     from flows.params import CurationParams, RolloutParams, RunParams, TrackingParams
     from flows.pipeline import pipeline_flow
 
@@ -104,7 +103,6 @@ def test_planted_secrets_and_pii_never_reach_the_mlflow_store(prefect_api, tmp_p
 
 
 def test_the_pii_step_rewrites_every_field_when_asked():
-    pytest.importorskip("presidio_analyzer")
     from twinkle.preprocessor.pii_presidio_filter import PIIPresidioFilter
 
     row = _rows()[0]

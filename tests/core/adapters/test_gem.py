@@ -7,8 +7,6 @@ from twinkle.core.adapters.gem import GemAdapter
 from twinkle.core.registry import environment_registry
 from twinkle.errors import MissingExtraError
 
-pytest.importorskip("gem", reason="gem-llm is installed by hand: pip install 'gem-llm==0.0.3'")
-
 
 def test_listing_holds_games_and_reasoning_gym_ids():
     names = GemAdapter().list_environments()

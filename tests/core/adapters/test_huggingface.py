@@ -24,7 +24,8 @@ def _score(env, index, reply):
 
 
 def test_datasets_dataset_with_gsm8k_preset():
-    datasets = pytest.importorskip("datasets")
+    import datasets
+
     env = environment_registry.get(
         "gsm8k", adapter="huggingface", dataset=datasets.Dataset.from_list(GSM8K)
     )
@@ -36,7 +37,8 @@ def test_datasets_dataset_with_gsm8k_preset():
 
 
 def test_save_to_disk_folder_and_dataset_dict_split(tmp_path):
-    datasets = pytest.importorskip("datasets")
+    import datasets
+
     dd = datasets.DatasetDict(
         {"train": datasets.Dataset.from_list(MATH * 2), "test": datasets.Dataset.from_list(MATH)}
     )
@@ -84,7 +86,8 @@ def test_mmlu_preset_with_an_index_answer_and_qa_exact_match():
 
 
 def test_unreachable_hub_gives_a_clear_error_fast(monkeypatch):
-    pytest.importorskip("datasets")
+    import datasets  # noqa: F401 - the adapter needs it installed
+
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
     with pytest.raises(EnvError, match="Hugging Face Hub: 127.0.0.1:9 is not reachable"):
