@@ -101,6 +101,37 @@ class BaseAdapter:
         return f"{type(self).__name__}(installed={self.installed()})"
 
 
+class EpisodeMembers:
+    """The Environment protocol's descriptive members for a multi-turn adapter environment:
+    its spec (``self._spec``), no extra reward functions (the episode's own reward is in each
+    step), no tools and no prompts. A subclass overrides what it does have.
+
+    Example:
+        >>> class Env(EpisodeMembers):
+        ...     _spec = 'spec'
+        >>> Env().spec, Env().reward_functions, Env().available_tools, Env().prompts
+        ('spec', (), (), {})
+    """
+
+    _spec: EnvironmentSpec
+
+    @property
+    def spec(self) -> EnvironmentSpec:
+        return self._spec
+
+    @property
+    def reward_functions(self) -> tuple:
+        return ()
+
+    @property
+    def available_tools(self) -> tuple[ToolDefinition, ...]:
+        return ()
+
+    @property
+    def prompts(self) -> dict[str, str]:
+        return {}
+
+
 class FastTagExtractor:
     """:class:`TagBasedExtractor`'s result, found with ``str.find`` when the response has one
     opening tag (the common case); anything else goes to ``TagBasedExtractor`` itself.

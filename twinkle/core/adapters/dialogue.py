@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from twinkle.core.adapters._common import BaseAdapter
+from twinkle.core.adapters._common import BaseAdapter, EpisodeMembers
 from twinkle.core.environment import EnvironmentSpec, StepResult
 from twinkle.core.judge import JudgePromptTemplate
 from twinkle.core.signals import RewardType, Signal, SignalBundle
@@ -86,7 +86,7 @@ class DialogueHidden:
         return self.scenario["goal"]
 
 
-class DialogueEnvironment:
+class DialogueEnvironment(EpisodeMembers):
     """A conversation with a simulated user, judged at the end.
 
     Args:
@@ -148,16 +148,8 @@ class DialogueEnvironment:
         )
 
     @property
-    def spec(self) -> EnvironmentSpec:
-        return self._spec
-
-    @property
     def reward_functions(self) -> tuple:
         return (self.judge,) if self.judge is not None else ()
-
-    @property
-    def available_tools(self) -> tuple:
-        return ()
 
     @property
     def prompts(self) -> dict[str, str]:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from twinkle.core.adapters._common import BaseAdapter
+from twinkle.core.adapters._common import BaseAdapter, EpisodeMembers
 from twinkle.core.environment import EnvironmentSpec, StepResult, _StateContinuityTracker
 from twinkle.core.extraction import BoxedExtractor, CleanedExtractor
 from twinkle.core.signals import RewardType, Signal, SignalBundle
@@ -47,7 +47,7 @@ class GemHidden:
     seed: int | None
 
 
-class GemEnvironment:
+class GemEnvironment(EpisodeMembers):
     """One GEM environment; ``**kwargs`` go to ``gem.make``.
 
     Args:
@@ -99,22 +99,6 @@ class GemEnvironment:
             pre_cleaners=("strip_special_tokens", "strip_thinking_tokens") if pre is None else pre,
             post_cleaners=() if post is None else post,
         )
-
-    @property
-    def spec(self) -> EnvironmentSpec:
-        return self._spec
-
-    @property
-    def reward_functions(self) -> tuple:
-        return ()
-
-    @property
-    def available_tools(self) -> tuple:
-        return ()
-
-    @property
-    def prompts(self) -> dict[str, str]:
-        return {}
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None

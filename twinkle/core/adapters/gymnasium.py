@@ -26,7 +26,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from twinkle.core.adapters._common import BaseAdapter, FastTagExtractor
+from twinkle.core.adapters._common import BaseAdapter, EpisodeMembers, FastTagExtractor
 from twinkle.core.adapters.action_mapper import ActionMapper
 from twinkle.core.environment import EnvironmentSpec, StepResult, _StateContinuityTracker
 from twinkle.core.extraction import (
@@ -103,7 +103,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-class GymnasiumEnvironment:
+class GymnasiumEnvironment(EpisodeMembers):
     """One text-rendered Gymnasium game; ``**make_kwargs`` go to ``gymnasium.make``.
 
     Args:
@@ -174,17 +174,6 @@ class GymnasiumEnvironment:
         )
 
     # -- protocol --------------------------------------------------------------------------
-    @property
-    def spec(self) -> EnvironmentSpec:
-        return self._spec
-
-    @property
-    def reward_functions(self) -> tuple:
-        return ()
-
-    @property
-    def available_tools(self) -> tuple:
-        return ()
 
     @property
     def prompts(self) -> dict[str, str]:

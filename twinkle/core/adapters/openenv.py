@@ -28,7 +28,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from twinkle.core.adapters._common import BaseAdapter
+from twinkle.core.adapters._common import BaseAdapter, EpisodeMembers
 from twinkle.core.environment import EnvironmentSpec, StepResult, _StateContinuityTracker
 from twinkle.core.signals import RewardType, Signal, SignalBundle
 from twinkle.core.state import Action, Observation, ObservationContent, State, StateMetadata
@@ -44,7 +44,7 @@ class OpenEnvHidden:
     episode_reward: float
 
 
-class OpenEnvEnvironment:
+class OpenEnvEnvironment(EpisodeMembers):
     """An OpenEnv environment under the functional protocol (multi-turn, tool calls).
 
     Args:
@@ -81,20 +81,8 @@ class OpenEnvEnvironment:
         )
 
     @property
-    def spec(self) -> EnvironmentSpec:
-        return self._spec
-
-    @property
-    def reward_functions(self) -> tuple:
-        return ()
-
-    @property
     def available_tools(self) -> tuple[ToolDefinition, ...]:
         return self._tools
-
-    @property
-    def prompts(self) -> dict[str, str]:
-        return {}
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from twinkle.core.adapters._common import BaseAdapter
+from twinkle.core.adapters._common import BaseAdapter, EpisodeMembers
 from twinkle.core.environment import EnvironmentSpec, StepResult, _StateContinuityTracker
 from twinkle.core.signals import RewardType, Signal, SignalBundle
 from twinkle.core.state import Action, Observation, ObservationContent, State, StateMetadata
@@ -48,7 +48,7 @@ class TextArenaHidden:
     reward: float | None = None
 
 
-class TextArenaEnvironment:
+class TextArenaEnvironment(EpisodeMembers):
     """One single-player TextArena game; ``**kwargs`` go to ``textarena.make``.
 
     Args:
@@ -75,22 +75,6 @@ class TextArenaEnvironment:
             pure_step=False,
             metadata={"kwargs": dict(kwargs)},
         )
-
-    @property
-    def spec(self) -> EnvironmentSpec:
-        return self._spec
-
-    @property
-    def reward_functions(self) -> tuple:
-        return ()
-
-    @property
-    def available_tools(self) -> tuple:
-        return ()
-
-    @property
-    def prompts(self) -> dict[str, str]:
-        return {}
 
     @staticmethod
     def _observation(text: str, messages: tuple, task: Any, data: dict) -> Observation:

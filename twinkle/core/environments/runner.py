@@ -174,6 +174,18 @@ class RunOutcome:
     def all_passed(self) -> bool:
         return self.status == "ok" and self.total > 0 and self.passed == self.total
 
+    @classmethod
+    def failed(
+        cls, status: str, reason: str, total: int, backend: str, seconds: float, output: str = ""
+    ) -> RunOutcome:
+        """No case passed: the grader timed out or gave no trusted result (``reason``).
+
+        Example:
+            >>> RunOutcome.failed("error", "sandbox failure: gone", 3, "local", 0.1).failures
+            ('sandbox failure: gone',)
+        """
+        return cls(0, total, status, (reason,), output[-_MAX_OUTPUT:], backend, seconds)
+
 
 class SandboxRunner(Protocol):
     """Anything that grades ``files`` against ``tests``.
@@ -288,26 +300,14 @@ def _verdict(
         if candidate.startswith(marker):
             line = candidate[len(marker) :]
     if line is None:
-        return RunOutcome(
-            0,
-            len(tests),
-            "error",
-            ("grader produced no result",),
-            output[-_MAX_OUTPUT:],
-            backend,
-            seconds,
+        return RunOutcome.failed(
+            "error", "grader produced no result", len(tests), backend, seconds, output
         )
     try:
         results = json.loads(line)
     except ValueError:
-        return RunOutcome(
-            0,
-            len(tests),
-            "error",
-            ("unreadable grader result",),
-            output[-_MAX_OUTPUT:],
-            backend,
-            seconds,
+        return RunOutcome.failed(
+            "error", "unreadable grader result", len(tests), backend, seconds, output
         )
     passed, failures = 0, []
     for case, result in zip(tests, results):
@@ -427,14 +427,13 @@ class SubprocessRunner:
                 os.killpg(proc.pid, signal.SIGKILL)
                 out, err = proc.communicate()
                 text = (out + err).decode("utf-8", "replace")
-                return RunOutcome(
-                    0,
-                    len(tests),
+                return RunOutcome.failed(
                     "timeout",
-                    (f"timed out after {self.timeout}s",),
-                    text[-_MAX_OUTPUT:],
+                    f"timed out after {self.timeout}s",
+                    len(tests),
                     self.name,
                     time.perf_counter() - start,
+                    text,
                 )
             finally:
                 # Children the solution spawned in its own session die with the group.
@@ -446,12 +445,10 @@ class SubprocessRunner:
             text = stdout + err.decode("utf-8", "replace")
             return _verdict(stdout, nonce, tests, self.name, time.perf_counter() - start, text)
         except OSError as exc:
-            return RunOutcome(
-                0,
-                len(tests),
+            return RunOutcome.failed(
                 "error",
-                (f"sandbox failure: {exc}",),
-                "",
+                f"sandbox failure: {exc}",
+                len(tests),
                 self.name,
                 time.perf_counter() - start,
             )
@@ -510,12 +507,10 @@ class AgentEnvRunner:
         try:
             env = self._new_env()
         except Exception as exc:  # noqa: BLE001 - missing extra, bad config: grading failed, not the model
-            return RunOutcome(
-                0,
-                len(tests),
+            return RunOutcome.failed(
                 "error",
-                (f"sandbox failure: {exc}",),
-                "",
+                f"sandbox failure: {exc}",
+                len(tests),
                 self.name,
                 time.perf_counter() - start,
             )
@@ -533,12 +528,10 @@ class AgentEnvRunner:
                     continue
             return self._grade(sandbox, tests, module, start)
         except Exception as exc:  # noqa: BLE001 - a sandbox failure is an error outcome
-            return RunOutcome(
-                0,
-                len(tests),
+            return RunOutcome.failed(
                 "error",
-                (f"sandbox failure: {exc}",),
-                "",
+                f"sandbox failure: {exc}",
+                len(tests),
                 self.name,
                 time.perf_counter() - start,
             )
@@ -552,12 +545,10 @@ class AgentEnvRunner:
         try:
             return self._grade(env.sandbox, tests, module, start)
         except Exception as exc:  # noqa: BLE001 - as in run()
-            return RunOutcome(
-                0,
-                len(tests),
+            return RunOutcome.failed(
                 "error",
-                (f"sandbox failure: {exc}",),
-                "",
+                f"sandbox failure: {exc}",
+                len(tests),
                 self.name,
                 time.perf_counter() - start,
             )
@@ -585,13 +576,12 @@ class AgentEnvRunner:
             code = exc.exit_code
         seconds = time.perf_counter() - start
         if code in (124, 137) and _MARK not in stdout:
-            return RunOutcome(
-                0,
-                len(tests),
+            return RunOutcome.failed(
                 "timeout",
-                (f"timed out after {self.timeout}s",),
-                (stdout + stderr)[-_MAX_OUTPUT:],
+                f"timed out after {self.timeout}s",
+                len(tests),
                 self.name,
                 seconds,
+                (stdout + stderr),
             )
         return _verdict(stdout, nonce, tests, self.name, seconds, stdout + stderr)
