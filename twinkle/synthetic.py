@@ -10,35 +10,8 @@ Example:
     'none'
 """
 
-from twinkle.data_format.synthetic import (
-    DEFECT_TARGETS,
-    DEFECTS,
-    HOME,
-    LANGS,
-    MODELS,
-    TOOLS,
-    generate,
-    iter_rows,
-    label_of,
-    main,
-    to_jsonl_line,
-    write_jsonl,
-)
-
-__all__ = [
-    "DEFECTS",
-    "DEFECT_TARGETS",
-    "HOME",
-    "LANGS",
-    "MODELS",
-    "TOOLS",
-    "generate",
-    "iter_rows",
-    "label_of",
-    "main",
-    "to_jsonl_line",
-    "write_jsonl",
-]
+from twinkle.data_format.synthetic import *  # noqa: F403 - the same public names
+from twinkle.data_format.synthetic import __all__, main  # noqa: F401 - re-exported
 
 if __name__ == "__main__":
     raise SystemExit(main())
