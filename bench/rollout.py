@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import importlib.util
 import json
 import os
@@ -79,38 +80,7 @@ class _BlockingEcho(_Echo):
 
 async def _bare_loop(base_url: str, n: int, concurrency: int) -> float:
     """The baseline: the same calls with nothing but the SDK, a semaphore and a list."""
-    import openai
-
-    client = openai.AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0)
-    tools = [_Echo().tool_info()]
-    semaphore = asyncio.Semaphore(concurrency)
-
-    async def one(trajectory: dict[str, Any]) -> None:
-        messages = list(trajectory["messages"])
-        async with semaphore:
-            for _ in range(TURNS):
-                response = await client.chat.completions.create(
-                    model="m", messages=messages, tools=tools
-                )
-                message = response.choices[0].message
-                messages.append(message.model_dump(exclude_none=True))
-                if not message.tool_calls:
-                    break
-                for call in message.tool_calls:
-                    arguments = json.loads(call.function.arguments)
-                    messages.append(
-                        {
-                            "role": "tool",
-                            "tool_call_id": call.id,
-                            "content": _Echo()("echo", arguments),
-                        }
-                    )
-
-    started = time.perf_counter()
-    await asyncio.gather(*(one(t) for t in _prompts(n)))
-    elapsed = time.perf_counter() - started
-    await client.close()
-    return elapsed
+    return await _tools_module().sdk_loop(base_url, _prompts(n), concurrency, _Echo(), TURNS)
 
 
 def _ours(base_url: str, n: int, concurrency: int, tool: Any) -> tuple[float, list[dict[str, Any]]]:
@@ -283,8 +253,9 @@ def bench_hf(device: str, batch: int, max_tokens: int) -> dict[str, Any]:
     }
 
 
+@functools.cache
 def _tools_module() -> Any:
-    """``bench/rollout_tools.py``, loaded by path (``bench`` is not a package)."""
+    """``bench/rollout_tools.py``, loaded once by path (``bench`` is not a package)."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rollout_tools.py")
     spec = importlib.util.spec_from_file_location("twinkle_bench_rollout_tools", path)
     module = importlib.util.module_from_spec(spec)

@@ -72,19 +72,21 @@ def prompts(n: int) -> list[dict[str, Any]]:
     ]
 
 
-async def bare_loop(base_url: str, n: int, concurrency: int) -> None:
-    """The baseline: the same calls with nothing but the SDK, a semaphore and a list."""
+async def sdk_loop(
+    base_url: str, rows: list[dict[str, Any]], concurrency: int, tool: Any, turns: int
+) -> float:
+    """A bare ``AsyncOpenAI`` rollout: model calls and ``tool`` calls with nothing but the SDK,
+    a semaphore and a list; returns the seconds the rows took (client set-up left out)."""
     import openai
 
     client = openai.AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0)
-    tool = Weather()
     tools = [tool.tool_info()]
     semaphore = asyncio.Semaphore(concurrency)
 
     async def one(trajectory: dict[str, Any]) -> None:
         messages = list(trajectory["messages"])
         async with semaphore:
-            for _ in range(TOOL_TURNS):
+            for _ in range(turns):
                 response = await client.chat.completions.create(
                     model="m", messages=messages, tools=tools
                 )
@@ -97,8 +99,16 @@ async def bare_loop(base_url: str, n: int, concurrency: int) -> None:
                     content = tool(call.function.name, arguments)
                     messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
 
-    await asyncio.gather(*(one(t) for t in prompts(n)))
+    started = time.perf_counter()
+    await asyncio.gather(*(one(t) for t in rows))
+    elapsed = time.perf_counter() - started
     await client.close()
+    return elapsed
+
+
+async def bare_loop(base_url: str, n: int, concurrency: int) -> None:
+    """The baseline of the weather workload (``sdk_loop`` over its rows and tool)."""
+    await sdk_loop(base_url, prompts(n), concurrency, Weather(), TOOL_TURNS)
 
 
 def rollout_for(base_url: str, concurrency: int, transport: str, tool: Any) -> Any:
