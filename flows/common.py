@@ -45,8 +45,11 @@ def files_fingerprint(paths: Iterable[str]) -> str:
     h = hashlib.sha256()
     for path in paths:
         # A folder (a ``save_to_disk`` dataset) stands for every file under it.
-        files = sorted(str(p) for p in Path(path).rglob("*") if p.is_file())
-        for file in files if os.path.isdir(path) else [path]:
+        if os.path.isdir(path):
+            files = sorted(str(p) for p in Path(path).rglob("*") if p.is_file())
+        else:
+            files = [path]
+        for file in files:
             h.update(os.path.abspath(file).encode())
             try:
                 with open(file, "rb") as f:
