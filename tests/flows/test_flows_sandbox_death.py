@@ -19,8 +19,19 @@ pytestmark = pytest.mark.slow
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "conversations.jsonl"
 KEY_ENV = "TWINKLE_TEST_DYING_SANDBOX_KEY"
+# The server SIGKILLs itself as it starts its KILL_AT-th command: some trajectory is then in
+# the middle of a tool call (after a model turn), so the death is mid-rollout by construction,
+# not by racing a timer against sandbox creation on a loaded machine.
+KILL_AT = 12
 SERVER = (
-    "import sys; from twinkle.sandbox import SandboxServer; "
+    "import os, signal, sys; from twinkle.sandbox import SandboxServer; "
+    "from twinkle.sandbox.sandbox import SandboxManager; "
+    "start, seen = SandboxManager.start, [0]\n"
+    "async def dying_start(self, *a, **kw):\n"
+    "    seen[0] += 1\n"
+    "    if seen[0] >= int(sys.argv[2]): os.kill(os.getpid(), signal.SIGKILL)\n"
+    "    return await start(self, *a, **kw)\n"
+    "SandboxManager.start = dying_start\n"
     "s = SandboxServer(port=0, api_key=sys.argv[1]).start(); "
     "print(s.url, flush=True); s.serve_forever()"
 )
@@ -31,7 +42,7 @@ class DyingServer:
 
     def __init__(self, key: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", SERVER, key], stdout=subprocess.PIPE, text=True
+            [sys.executable, "-c", SERVER, key, str(KILL_AT)], stdout=subprocess.PIPE, text=True
         )
         self.url = self.proc.stdout.readline().strip()
         if not self.url.startswith("http"):
@@ -53,19 +64,11 @@ def _agent_rows(path: Path, n: int) -> str:
 
 
 def _run(tmp_path, tracking_params, monkeypatch, key: str, run_key: str, **rollout_kw):
-    """A rollout flow over 40 agent rows whose sandbox server is SIGKILLed once 4 finished."""
+    """A rollout flow over 40 agent rows whose sandbox server SIGKILLs itself mid-rollout."""
     from flows import rollout as flows_rollout
     from flows.params import RolloutParams, RunParams, SandboxParams
 
     server = DyingServer(key)
-
-    class KillingProgress(flows_rollout.StageProgress):
-        def advance(self, n: int = 1) -> None:
-            super().advance(n)
-            if self.stage == "rollout" and self.done >= 4 and server.proc.poll() is None:
-                server.proc.kill()  # SIGKILL: no goodbye to any client
-
-    monkeypatch.setattr(flows_rollout, "StageProgress", KillingProgress)
     try:
         rollout = RolloutParams(
             conversations=[_agent_rows(tmp_path / f"{run_key}.jsonl", 40)],
