@@ -3,8 +3,12 @@
 * ``reasoning_gym``: answers/s of ``ReasoningGymEnvironment.score_responses`` (think-block
   and special-token cleaning, ``<answer>`` extraction, the generator's verifier) against
   calling reasoning-gym directly (``extract_answer`` + ``dataset.score_answer``) on the same
-  answers, over a mix of generators, each generator's figure and the mix's. Answers come with
-  and without ``<think>`` blocks. Target: the mix at >= 0.8x.
+  model-style responses, over a mix of generators, each generator's figure and the mix's.
+  Responses come with and without ``<think>`` blocks. Both sides extract (ours also cleans,
+  which reasoning-gym's ``extract_answer`` does not); ``given_extracted`` compares the two
+  again on reasoning-gym's own extracted answers (``score_answers`` against
+  ``score_answer``), so neither side's extraction is in that figure. Target: every
+  generator end-to-end at >= 0.8x.
 * ``listing_cold``: ``environment_registry.list_environments()`` in a fresh interpreter
   (import included), best of 3. Target < 2 s.
 * ``gymnasium``: episode steps/s through the adapter (extraction, ActionMapper, the board
@@ -13,7 +17,9 @@
   ``step`` alone is reported too. Target: >= 0.5x the raw text env, for every game.
 
 Rounds alternate ours and the baseline and keep each one's best, because the machine is
-shared. Usage: ``python bench/scoring_envs.py [--quick]``.
+shared; both are timed in slices (2,000 answers, 500 game steps; each slice's best, summed),
+so a burst of other work spoils one slice instead of a whole round. Usage:
+``python bench/scoring_envs.py [--quick]``.
 """
 
 from __future__ import annotations
@@ -59,12 +65,35 @@ def alternate(rounds: int, *fns):
     return best, results
 
 
-def bench_reasoning_gym(n: int, rounds: int = 7) -> dict:
+def alternate_chunks(rounds: int, n: int, chunk: int, *fns, before_round=None):
+    """:func:`alternate` over slices: ``fn(lo, hi)`` scores items ``lo:hi``. Each slice's
+    best time is kept per function and the slices' bests are summed, so a burst of other
+    work spoils one slice of one round instead of a whole round (a slice takes a few ms).
+    ``before_round()`` runs untimed at the start of each round. Returns each function's
+    summed time and its results over all slices."""
+    bounds = [(lo, min(lo + chunk, n)) for lo in range(0, n, chunk)]
+    best = [[float("inf")] * len(bounds) for _ in fns]
+    results: list[list] = [[] for _ in fns]
+    for r in range(rounds):
+        if before_round is not None:
+            before_round()
+        for b, (lo, hi) in enumerate(bounds):
+            for k, fn in enumerate(fns):
+                start = time.perf_counter()
+                out = fn(lo, hi)
+                best[k][b] = min(best[k][b], time.perf_counter() - start)
+                if r == rounds - 1:
+                    results[k].extend(out)
+    return [sum(times) for times in best], results
+
+
+def bench_reasoning_gym(n: int, rounds: int = 7, chunk: int = 2_000) -> dict:
     from reasoning_gym.utils import extract_answer
 
     from twinkle.core.registry import environment_registry
 
-    per, t_ours_all, t_base_all = {}, 0.0, 0.0
+    per: dict[str, dict] = {}
+    totals = [0.0, 0.0, 0.0, 0.0]  # ours, direct, ours given, direct given
     for name in GENERATORS:
         env = environment_registry.get(name, adapter="reasoning_gym", size=200, seed=1)
         entries = [env.task(i)["entry"] for i in range(len(env))]
@@ -76,37 +105,63 @@ def bench_reasoning_gym(n: int, rounds: int = 7) -> dict:
             think = "<think>First I list the facts, then I check them.</think>" * (i % 2)
             responses.append(f"{think}Working through it step by step. <answer>{answer}</answer>")
         verify = env.dataset.score_answer
+        extracted = [extract_answer(r) for r in responses]  # reasoning-gym's, untimed
+        assert env.extract_answers(responses) == extracted, f"{name}: extraction differs"
 
-        def ours(env=env, indices=indices, responses=responses):
-            return env.score_responses(indices, responses)
+        def ours(lo, hi, env=env, indices=indices, responses=responses):
+            return env.score_responses(indices[lo:hi], responses[lo:hi])
 
-        def direct(entries=entries, indices=indices, responses=responses, verify=verify):
+        def direct(lo, hi, entries=entries, indices=indices, responses=responses, v=verify):
             return [
-                float(verify(extract_answer(r), entries[i])) for i, r in zip(indices, responses)
+                float(v(extract_answer(r), entries[i]))
+                for i, r in zip(indices[lo:hi], responses[lo:hi])
             ]
 
-        ours(), direct()  # warm the task cache and the verifier
-        (t_ours, t_base), (got, want) = alternate(rounds, ours, direct)
+        def ours_given(lo, hi, env=env, indices=indices, extracted=extracted):
+            return env.score_answers(indices[lo:hi], extracted[lo:hi])
+
+        def direct_given(lo, hi, entries=entries, indices=indices, extracted=extracted, v=verify):
+            return [float(v(a, entries[i])) for i, a in zip(indices[lo:hi], extracted[lo:hi])]
+
+        fns = (ours, direct, ours_given, direct_given)
+        for fn in fns:  # warm the task cache and the verifier
+            fn(0, n)
+        times, (got, want, got_given, want_given) = alternate_chunks(rounds, n, chunk, *fns)
         assert got == want, f"{name}: scores differ from the verifier's"
-        t_ours_all += t_ours
-        t_base_all += t_base
+        assert got_given == want_given, f"{name}: scores of extracted answers differ"
+        totals = [a + b for a, b in zip(totals, times)]
+        t_ours, t_base, t_ours_given, t_base_given = times
         per[name] = {
             "ours_per_s": round(n / t_ours),
             "direct_per_s": round(n / t_base),
             "ratio": round(t_base / t_ours, 3),
+            "given_extracted_ours_per_s": round(n / t_ours_given),
+            "given_extracted_direct_per_s": round(n / t_base_given),
+            "given_extracted_ratio": round(t_base_given / t_ours_given, 3),
         }
-    ratio = t_base_all / t_ours_all
+    ratio, given_ratio = totals[1] / totals[0], totals[3] / totals[2]
     total = n * len(GENERATORS)
+    below = sorted(name for name, g in per.items() if g["ratio"] < 0.8)
     return {
-        "answers_per_generator": n,
+        "answers_per_round": n,
+        "timed_slice": chunk,
+        "work": (
+            "end-to-end: both sides extract the answer from the same model-style responses "
+            "(ours: special-token and <think> cleaners, then <answer>; direct: "
+            "reasoning_gym.utils.extract_answer, no cleaning) and call dataset.score_answer; "
+            "given_extracted: both score reasoning-gym's extracted answers"
+        ),
         "generators": per,
-        "mix_ours_per_s": round(total / t_ours_all),
-        "mix_direct_per_s": round(total / t_base_all),
+        "mix_ours_per_s": round(total / totals[0]),
+        "mix_direct_per_s": round(total / totals[1]),
         "mix_ratio": round(ratio, 3),
+        "given_extracted_mix_ratio": round(given_ratio, 3),
+        "extraction_equals_reasoning_gym": True,
         "scores_equal_verifier": True,
         "rounds": rounds,
         "target_ratio": 0.8,
-        "meets_target": ratio >= 0.8,
+        "generators_below_target": below,
+        "meets_target": not below,  # every generator, not only the time-weighted mix
     }
 
 
@@ -134,7 +189,7 @@ def bench_listing_cold(rounds: int = 3) -> dict:
     }
 
 
-def bench_gymnasium(steps: int, rounds: int = 7) -> dict:
+def bench_gymnasium(steps: int, rounds: int = 7, chunk: int = 500) -> dict:
     import gymnasium as gym
 
     from twinkle.core import Action
@@ -152,36 +207,58 @@ def bench_gymnasium(steps: int, rounds: int = 7) -> dict:
         raw = gym.make(name, **kwargs)
         limit = env.spec.max_steps
 
-        def ours(env=env, replies=replies):
-            state, _ = env.reset(seed=0)
-            for reply in replies:
-                result = env.step(state, reply)
-                state = result.next_state
-                if result.done:
-                    state, _ = env.reset(seed=0)
+        class Ours:
+            def __init__(self, env=env, replies=replies):
+                self.env, self.replies = env, replies
 
-        def raw_loop(raw, text, actions=actions, limit=limit):
-            raw.reset(seed=0)
-            n = 0
-            for a in actions:
-                _, _, terminated, truncated, _ = raw.step(a)
-                if text:
-                    raw.render()
-                n += 1
-                if terminated or truncated or n >= limit:
-                    raw.reset(seed=0)
-                    n = 0
+            def start(self):
+                self.state, _ = self.env.reset(seed=0)
 
-        def text_env(raw=raw_text, render=render):
-            raw_loop(raw, render is not None)
+            def play(self, lo, hi):
+                env, state = self.env, self.state
+                for reply in self.replies[lo:hi]:
+                    result = env.step(state, reply)
+                    state = result.next_state
+                    if result.done:
+                        state, _ = env.reset(seed=0)
+                self.state = state
+                return ()
 
-        def bare(raw=raw):
-            raw_loop(raw, False)
+        class Raw:
+            def __init__(self, raw, text, actions=actions, limit=limit):
+                self.raw, self.text, self.actions, self.limit = raw, text, actions, limit
+
+            def start(self):
+                self.raw.reset(seed=0)
+                self.n = 0
+
+            def play(self, lo, hi):
+                raw, text, limit, n = self.raw, self.text, self.limit, self.n
+                for a in self.actions[lo:hi]:
+                    _, _, terminated, truncated, _ = raw.step(a)
+                    if text:
+                        raw.render()
+                    n += 1
+                    if terminated or truncated or n >= limit:
+                        raw.reset(seed=0)
+                        n = 0
+                self.n = n
+                return ()
+
+        players = (Ours(), Raw(raw_text, render is not None), Raw(raw, False))
+
+        def round_start(players=players):
+            for p in players:
+                p.start()
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ours(), text_env(), bare()
-            (t_ours, t_text, t_bare), _ = alternate(rounds, ours, text_env, bare)
+            round_start()
+            for p in players:  # warm
+                p.play(0, steps)
+            (t_ours, t_text, t_bare), _ = alternate_chunks(
+                rounds, steps, chunk, *(p.play for p in players), before_round=round_start
+            )
         t_ours_all += t_ours
         t_text_all += t_text
         per[name] = {
@@ -194,7 +271,8 @@ def bench_gymnasium(steps: int, rounds: int = 7) -> dict:
     ratio = t_text_all / t_ours_all
     below = sorted(name for name, g in per.items() if g["ratio_vs_raw_text"] < 0.5)
     return {
-        "steps_per_game": steps,
+        "steps_per_round": steps,
+        "timed_slice": chunk,
         "games": per,
         "all_ratio_vs_raw_text": round(ratio, 3),
         "games_below_target": below,
@@ -207,7 +285,7 @@ def bench_gymnasium(steps: int, rounds: int = 7) -> dict:
 def report(quick: bool) -> dict:
     n, steps = (2_000, 1_000) if quick else (20_000, 10_000)
     return {
-        "reasoning_gym_scoring": bench_reasoning_gym(n),
+        "reasoning_gym_scoring": bench_reasoning_gym(n, rounds=7 if quick else 9),
         "listing_cold": bench_listing_cold(),
         "gymnasium_steps": bench_gymnasium(steps),
     }

@@ -21,8 +21,14 @@ def bench():
 def test_reasoning_gym_scores_match_the_verifier_and_figures_are_sane(bench):
     report = bench.bench_reasoning_gym(200, rounds=1)
     assert report["scores_equal_verifier"] is True
+    assert report["extraction_equals_reasoning_gym"] is True
     assert set(report["generators"]) == set(bench.GENERATORS)
     assert report["mix_ours_per_s"] > 0 and report["mix_ratio"] > 0
+    assert report["given_extracted_mix_ratio"] > 0
+    assert all(g["given_extracted_ours_per_s"] > 0 for g in report["generators"].values())
+    below = [n for n, g in report["generators"].items() if g["ratio"] < 0.8]
+    assert report["generators_below_target"] == sorted(below)
+    assert report["meets_target"] is (not below)
 
 
 def test_listing_and_gymnasium_figures(bench):

@@ -61,6 +61,13 @@ def strip_thinking_tokens(text: str) -> str:
     """
     if "think>" not in text:
         return text
+    start = text.find("<think>")
+    if start >= 0:  # the common case, one closed block: no list, no join, no rescans
+        end = text.find("</think>", start + 7)
+        if end >= 0:
+            rest = text[end + 8 :] if start == 0 else text[:start] + text[end + 8 :]
+            if "think>" not in rest:
+                return rest
     # str.find jumps between tags at memchr speed; a lazy ".*?" regex walks every character.
     kept, pos = [], 0
     while (start := text.find("<think>", pos)) >= 0:

@@ -27,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import random
 import uuid
 from collections.abc import Mapping, Sequence
@@ -35,14 +36,27 @@ from typing import Any
 
 from twinkle.core.environment import EnvironmentSpec, StepResult
 from twinkle.core.environments.base import outcome_signal
-from twinkle.core.extraction import AnswerExtractor, CleanedExtractor, TagBasedExtractor
+from twinkle.core.extraction import (
+    AnswerExtractor,
+    CleanedExtractor,
+    CompositeExtractor,
+    LastLineExtractor,
+    TagBasedExtractor,
+)
 from twinkle.core.extraction_base import lowered
 from twinkle.core.signals import RewardFunction, RewardType, Signal, SignalBundle
 from twinkle.core.state import Action, Observation, ObservationContent, State, StateMetadata
 from twinkle.core.tools import ToolDefinition
 from twinkle.errors import require
 
-__all__ = ["AdapterHidden", "BaseAdapter", "FastTagExtractor", "SingleTurnEnv", "outcome_signal"]
+__all__ = [
+    "AdapterHidden",
+    "BaseAdapter",
+    "FastTagExtractor",
+    "SingleTurnEnv",
+    "answer_function",
+    "outcome_signal",
+]
 
 EXTRA = "envs"
 
@@ -163,6 +177,80 @@ class FastTagExtractor:
                 }
         return self._slow.extract(response)
 
+    def answer(self, response: str) -> str | None:
+        """``extract(response)[0]`` without the metadata. When the response's only two
+        ``<`` are this tag's exact lower-case pair, no other tag of any case can exist, so
+        the answer is found without lower-casing the whole text."""
+        if isinstance(response, str):
+            n = response.count("<")
+            if n == 0:
+                return None
+            if n == 2:
+                start = response.find(self._open)
+                if start >= 0:
+                    begin = start + len(self._open)
+                    end = response.find(self._close, begin)
+                    if end >= 0:
+                        return response[begin:end].strip()
+        return self.extract(response)[0]
+
+
+def _last_line(text: str) -> str | None:
+    """``LastLineExtractor().extract(text)[0]`` without counting the lines."""
+    text = text.strip()
+    return text[text.rfind("\n") + 1 :].strip() if text else None
+
+
+def answer_function(extractor: AnswerExtractor) -> Any:
+    """A ``text -> answer | None`` function equal to ``extractor.extract(text)[0]``.
+
+    Scoring and stepping read only the answer, so this skips the metadata dicts that
+    cleaned and composite extractors build on every call: cleaners, fallbacks and the
+    adapters' tag extractors are composed directly. It is built from the extractor's parts
+    as they are now; other extractors are called as they are.
+
+    Example:
+        >>> ex = CleanedExtractor(CompositeExtractor([FastTagExtractor("action"),
+        ...                                           LastLineExtractor()]),
+        ...                       pre_cleaners=["strip_thinking_tokens"])
+        >>> f = answer_function(ex)
+        >>> f("<think>hm</think>go <action>left</action>"), f("so\\n up "), f("")
+        ('left', 'up', None)
+    """
+    if type(extractor) is CleanedExtractor:
+        pre, post = tuple(extractor.pre_cleaners), tuple(extractor.post_cleaners)
+        inner = answer_function(extractor.inner)
+
+        def cleaned(text: str) -> str | None:
+            if not isinstance(text, str):
+                return None
+            for clean in pre:
+                text = clean(text)
+            answer = inner(text)
+            if answer is not None:
+                for clean in post:
+                    answer = clean(answer)
+            return answer
+
+        return cleaned
+    if type(extractor) is CompositeExtractor:
+        parts = tuple(answer_function(e) for e in extractor.extractors)
+
+        def first(text: str) -> str | None:
+            for part in parts:
+                answer = part(text)
+                if answer is not None:
+                    return answer
+            return None
+
+        return first
+    if type(extractor) is FastTagExtractor:
+        return extractor.answer
+    if type(extractor) is LastLineExtractor:
+        return lambda text: _last_line(text) if isinstance(text, str) else None
+    extract = extractor.extract
+    return lambda text: extract(text)[0]
+
 
 @dataclass(frozen=True)
 class AdapterHidden:
@@ -213,8 +301,11 @@ class SingleTurnEnv:
         self._system_prompt = system_prompt
         self._extra_rewards = tuple(extra_rewards)
         self._inner_extractor = extractor or FastTagExtractor("answer")
+        self._answer_for: AnswerExtractor | None = None
         self.set_cleaners(pre_cleaners, post_cleaners)
         self._cache: dict[int, tuple[Observation, AdapterHidden]] = {}
+        self._episodes = itertools.count()
+        self._id_prefix = uuid.uuid4().hex[:20]
         self._spec = EnvironmentSpec(
             name=name,
             adapter=self.adapter_name,
@@ -295,7 +386,10 @@ class SingleTurnEnv:
         elif not 0 <= index < self._size:
             raise IndexError(f"task_index {index} out of range for {self._size} tasks")
         observation, hidden = self._entry(index)
-        state = State(observation, hidden, StateMetadata(0, uuid.uuid4().hex))
+        # A per-environment random prefix and a counter: unique like uuid4, without the
+        # system call on every reset.
+        episode_id = f"{self._id_prefix}{next(self._episodes):012x}"
+        state = State(observation, hidden, StateMetadata(0, episode_id))
         return state, {"task_index": index, "task_id": hidden.task_id}
 
     def step(self, state: State[AdapterHidden], action: Action) -> StepResult[AdapterHidden]:
@@ -329,6 +423,39 @@ class SingleTurnEnv:
         """The total reward of an extracted answer (subclasses may skip building signals)."""
         return SignalBundle(tuple(self.score(task, extracted, Action.from_text("")))).total
 
+    def _answer_function(self) -> Any:
+        """:func:`answer_function` of :attr:`extractor`, rebuilt when it is replaced."""
+        if self._answer_for is not self.extractor:
+            self._answer, self._answer_for = answer_function(self.extractor), self.extractor
+        return self._answer
+
+    def extract_answers(self, responses: Sequence[str]) -> list[str | None]:
+        """What :attr:`extractor` (cleaners included) reads from each response."""
+        answer = self._answer_function()
+        return [answer(text) for text in responses]
+
+    def _tasks_for(self, indices: Sequence[int]) -> dict[int, Mapping[str, Any]]:
+        """The task of every distinct index, each range-checked once."""
+        tasks = {}
+        for i in set(indices):
+            if not 0 <= i < self._size:
+                raise IndexError(f"task_index {i} out of range for {self._size} tasks")
+            tasks[i] = self._entry(i)[1].task
+        return tasks
+
+    def score_answers(self, indices: Sequence[int], answers: Sequence[str | None]) -> list[float]:
+        """The environment's own reward of already-extracted answers (None: unparsed),
+        without ``extra_rewards`` (they need the response). A failing verifier gives 0.0."""
+        if len(indices) != len(answers):
+            raise ValueError("indices and answers must have the same length")
+        tasks, reward, out = self._tasks_for(indices), self.reward_value, []
+        for i, answer in zip(indices, answers):
+            try:
+                out.append(reward(tasks[i], answer))
+            except Exception:  # noqa: BLE001 - as in step: a crashing verifier scores 0.0
+                out.append(0.0)
+        return out
+
     def score_responses(self, indices: Sequence[int], responses: Sequence[str]) -> list[float]:
         """Total rewards of many responses without building states: a trainer's reward
         function. Same numbers as ``reset`` + ``step`` (a failing verifier gives 0.0)."""
@@ -340,23 +467,7 @@ class SingleTurnEnv:
                 state, _ = self.reset(options={"task_index": i})
                 out.append(self.step(state, Action.from_text(text)).rewards.total)
             return out
-        ex = self.extractor
-        pre, inner, post = ex.pre_cleaners, ex.inner.extract, ex.post_cleaners
-        entry, reward, out = self._entry, self.reward_value, []
-        for i, text in zip(indices, responses):
-            if not 0 <= i < self._size:
-                raise IndexError(f"task_index {i} out of range for {self._size} tasks")
-            for clean in pre:
-                text = clean(text)
-            answer = inner(text)[0]
-            if answer is not None:
-                for clean in post:
-                    answer = clean(answer)
-            try:
-                out.append(reward(entry(i)[1].task, answer))
-            except Exception:  # noqa: BLE001 - as in step: a crashing verifier scores 0.0
-                out.append(0.0)
-        return out
+        return self.score_answers(indices, self.extract_answers(responses))
 
     def action_from_messages(self, messages: Sequence[Mapping[str, Any]]) -> Action:
         """The action to score for a finished conversation: its final assistant text."""
@@ -369,7 +480,7 @@ class SingleTurnEnv:
 
     # -- helpers -----------------------------------------------------------------------
     def _signals(self, hidden: AdapterHidden, action: Action) -> tuple[str | None, tuple]:
-        extracted, _ = self.extractor.extract(action.text or "")
+        extracted = self._answer_function()(action.text or "")
         try:
             signals = tuple(self.score(hidden.task, extracted, action))
         except Exception as exc:  # noqa: BLE001 - a verifier that crashes scores 0 as 'error'

@@ -24,6 +24,9 @@ from collections.abc import Iterable, Mapping, Sequence
 
 __all__ = ["ActionMapper"]
 
+#: Distinct texts whose resolution is kept per mapper (a bound, for free-form replies).
+_PARSE_CACHE = 4096
+
 
 class ActionMapper:
     """Maps text to an action index of a ``Discrete(n)`` action space and back.
@@ -44,7 +47,7 @@ class ActionMapper:
         if not names:
             raise ValueError("an ActionMapper needs at least one action name")
         self.names = tuple(str(n) for n in names)
-        self.allow_index = allow_index
+        self._allow_index = allow_index
         self._lookup: dict[str, int] = {}
         for index, name in enumerate(self.names):
             self._lookup[name.lower()] = index
@@ -56,6 +59,7 @@ class ActionMapper:
                 self._lookup[str(word).lower()] = self._lookup[name.lower()]
         # longest phrases first, so "move down" wins over "down" at the same position
         words = sorted(self._lookup, key=len, reverse=True)
+        self._parsed: dict[str, int | None] = {}
         self._pattern = re.compile(
             r"(?<![\w-])(" + "|".join(re.escape(w) for w in words) + r")(?![\w-])", re.IGNORECASE
         )
@@ -64,14 +68,36 @@ class ActionMapper:
     def n(self) -> int:
         return len(self.names)
 
+    @property
+    def allow_index(self) -> bool:
+        """Whether a bare number is read as the action index."""
+        return self._allow_index
+
+    @allow_index.setter
+    def allow_index(self, value: bool) -> None:
+        self._allow_index = value
+        self._parsed.clear()  # resolutions made under the other rule
+
     def parse(self, text: str | None) -> int | None:
         """The action index ``text`` names, or None when it names none."""
         if text is None:
             return None
+        # Policies repeat a few replies ("left", "move down"), so each text is resolved once.
+        try:
+            return self._parsed[text]
+        except KeyError:
+            pass
+        index = self._resolve(text)
+        if len(self._parsed) < _PARSE_CACHE:
+            self._parsed[text] = index
+        return index
+
+    def _resolve(self, text: str) -> int | None:
+        """:meth:`parse` without the cache."""
         s = text.strip().strip("`'\"*").strip().rstrip(".!").strip()
         if not s:
             return None
-        if self.allow_index and s.lstrip("-").isdigit():
+        if self._allow_index and s.lstrip("-").isdigit():
             index = int(s)
             return index if 0 <= index < self.n else None
         exact = self._lookup.get(s.lower())

@@ -22,11 +22,16 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import uuid
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from twinkle.core.adapters._common import BaseAdapter, EpisodeMembers, FastTagExtractor
+from twinkle.core.adapters._common import (
+    BaseAdapter,
+    EpisodeMembers,
+    FastTagExtractor,
+    answer_function,
+)
 from twinkle.core.adapters.action_mapper import ActionMapper
 from twinkle.core.environment import EnvironmentSpec, StepResult, _StateContinuityTracker
 from twinkle.core.extraction import (
@@ -83,21 +88,35 @@ PROMPT = (
 )
 
 
-@dataclass(frozen=True)
-class GymHidden:
-    """What the model does not see: the raw observation and the running return."""
+class GymHidden(NamedTuple):
+    """What the model does not see: the raw observation and the running return. A named
+    tuple: as immutable as a frozen dataclass, and built once per step at a third of the
+    cost."""
 
     obs: Any
     total_reward: float
     seed: int | None
 
 
+_SCALARS = frozenset({int, float, bool, str, type(None)})
+#: Distinct rewards whose signal bundle is kept (the games have a handful each).
+_BUNDLE_CACHE = 256
+#: Boards kept per environment: every state of the supported games (Taxi has 500).
+_BOARD_CACHE = 4096
+
+
 def _plain(value: Any) -> Any:
     """JSON-friendly copy of a gym value (numpy scalars and arrays to Python)."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is dict or isinstance(value, dict):
+        return {
+            k if type(k) is str else str(k): v if type(v) in _SCALARS else _plain(v)
+            for k, v in value.items()
+        }
+    if kind is tuple or kind is list or isinstance(value, (list, tuple)):
+        return [v if type(v) in _SCALARS else _plain(v) for v in value]
     if hasattr(value, "tolist"):
         return value.tolist()
     return value
@@ -139,6 +158,18 @@ class GymnasiumEnvironment(EpisodeMembers):
         # order itself, so the checker/order/time-limit wrappers would only cost time.
         self._raw = self._env.unwrapped
         self._board: tuple[list[str], str, int, int] | None = None
+        # Boards depend only on the observation and rewards are few, so both are built once:
+        # a step then allocates only what differs from the previous one.
+        self._boards: dict[Any, str] = {}
+        self._firsts: dict[Any, Observation] = {}
+        self._bundles: dict[float, SignalBundle] = {}
+        self._episodes = itertools.count()
+        self._id_prefix = uuid.uuid4().hex[:20]
+        self._prompt_head = PROMPT.format(
+            goal=self._goal, actions=", ".join(names), first=names[0], board=""
+        )
+        self._task_content = ObservationContent(text=self._goal)
+        self._checked = False  # the first reset goes through gymnasium's checker wrappers
         if self._env.action_space.n != self.mapper.n:
             raise ValueError(f"{name}: {self._env.action_space.n} actions, mapper has {names}")
         limit = self._env.spec.max_episode_steps if self._env.spec else None
@@ -172,6 +203,62 @@ class GymnasiumEnvironment(EpisodeMembers):
             pre_cleaners=("strip_special_tokens", "strip_thinking_tokens") if pre is None else pre,
             post_cleaners=("strip_trailing_punctuation",) if post is None else post,
         )
+        self._answer = answer_function(self.extractor)
+        self._answer_for = self.extractor
+
+    def _extract(self, text: str) -> str | None:
+        """``self.extractor.extract(text)[0]`` (rebuilt when the extractor is replaced)."""
+        if self._answer_for is not self.extractor:
+            self._answer, self._answer_for = answer_function(self.extractor), self.extractor
+        return self._answer(text)
+
+    def _board_of(self, obs: Any) -> str:
+        """:meth:`render_text` of ``obs``, cached."""
+        try:
+            board = self._boards.get(obs)
+        except TypeError:  # an unhashable observation
+            return self.render_text(obs)
+        if board is None:
+            board = self.render_text(obs)
+            if len(self._boards) < _BOARD_CACHE:
+                self._boards[obs] = board
+        return board
+
+    def _first_observation(self, obs: Any, info: Any, gym_info: dict[str, Any]) -> Observation:
+        """The observation after a reset to ``obs`` (``gym_info`` is ``_plain(info)``). It
+        depends only on ``obs`` and the reset's info, so like a single-turn task's prompt it
+        is built once and shared (it is frozen; its dicts are its own)."""
+        try:
+            cached = self._firsts.get(obs)
+            hashable = True
+        except TypeError:  # an unhashable observation
+            cached, hashable = None, False
+        if cached is not None and cached.state.data["gym_info"] == gym_info:
+            return cached
+        board = self._board_of(obs)
+        prompt = self._prompt_head + board
+        messages: tuple[dict[str, Any], ...] = ({"role": "user", "content": prompt},)
+        if self._system_prompt:
+            messages = ({"role": "system", "content": self._system_prompt}, *messages)
+        data = {"gym_info": _plain(info), "gym_reward": 0.0, "episode_step": 0}
+        observation = Observation(
+            prompt,
+            messages,
+            task=self._task_content,
+            state=ObservationContent(text=board, data=data),
+        )
+        if hashable and len(self._firsts) < _BOARD_CACHE:
+            self._firsts[obs] = observation
+        return observation
+
+    def _reward_bundle(self, reward: float) -> SignalBundle:
+        """The step's ``gym_reward`` signal; immutable, so one bundle per distinct reward."""
+        bundle = self._bundles.get(reward)
+        if bundle is None:
+            bundle = SignalBundle((Signal("gym_reward", RewardType.STEP, reward),))
+            if len(self._bundles) < _BUNDLE_CACHE:
+                self._bundles[reward] = bundle
+        return bundle
 
     # -- protocol --------------------------------------------------------------------------
 
@@ -232,62 +319,56 @@ class GymnasiumEnvironment(EpisodeMembers):
         index = (options or {}).get("task_index")
         if seed is None:
             seed = self._seed + (index or 0)
-        obs, info = self._env.reset(seed=seed)
-        board = self.render_text(obs)
-        prompt = PROMPT.format(
-            goal=self._goal,
-            actions=", ".join(self.mapper.names),
-            first=self.mapper.names[0],
-            board=board,
-        )
-        messages: tuple[dict[str, Any], ...] = ({"role": "user", "content": prompt},)
-        if self._system_prompt:
-            messages = ({"role": "system", "content": self._system_prompt}, *messages)
-        data = {"gym_info": _plain(info), "gym_reward": 0.0, "episode_step": 0}
-        observation = Observation(
-            prompt,
-            messages,
-            task=ObservationContent(text=self._goal),
-            state=ObservationContent(text=board, data=data),
-        )
-        state = State(
-            observation, GymHidden(_plain(obs), 0.0, seed), StateMetadata(0, uuid.uuid4().hex)
-        )
+        if self._checked:
+            obs, info = self._raw.reset(seed=seed)
+        else:
+            obs, info = self._env.reset(seed=seed)
+            self._checked = True
+        gym_info = _plain(info)
+        observation = self._first_observation(obs, info, gym_info)
+        # A per-environment random prefix and a counter: unique like uuid4, without the
+        # system call on every reset.
+        episode_id = f"{self._id_prefix}{next(self._episodes):012x}"
+        state = State(observation, GymHidden(_plain(obs), 0.0, seed), StateMetadata(0, episode_id))
         self._tracker.track(state)
-        return state, {"seed": seed, "gym_info": data["gym_info"]}
+        return state, {"seed": seed, "gym_info": gym_info}
 
     def step(self, state: State[GymHidden], action: Action) -> StepResult[GymHidden]:
         self._tracker.validate(state, self._spec.name)
-        if state.metadata.is_terminal:
+        meta = state.metadata
+        if meta.is_terminal:
             raise ValueError(f"{self._spec.name}: the episode has ended; call reset()")
-        extracted, _ = self.extractor.extract(action.text or "")
+        reply = action.text or ""
+        extracted = self._extract(reply)
         index = self.mapper.parse(extracted)
-        step = state.metadata.step + 1
-        old = state.observation.state
+        step = meta.step + 1
         if index is None:
             reward, terminated, gym_truncated, info = 0.0, False, False, {}
+            old = state.observation.state
             obs, board = state.hidden.obs, old.text if old else ""
             feedback = (
                 f"'{extracted}' is not an action; choose one of {', '.join(self.mapper.names)}."
                 if extracted is not None
                 else "No action found; reply with <action>NAME</action>."
             )
-            signals: tuple[Signal, ...] = (
-                Signal("gym_reward", RewardType.STEP, 0.0),
-                Signal("invalid_action", RewardType.FORMAT, -self._penalty, feedback=feedback),
+            text = f"{feedback}\n\n{board}"
+            rewards = SignalBundle(
+                (
+                    Signal("gym_reward", RewardType.STEP, 0.0),
+                    Signal("invalid_action", RewardType.FORMAT, -self._penalty, feedback=feedback),
+                )
             )
         else:
             obs, reward, terminated, gym_truncated, info = self._raw.step(index)
-            reward, obs, info = float(reward), _plain(obs), _plain(info)
-            terminated, gym_truncated = bool(terminated), bool(gym_truncated)
-            board, feedback = self.render_text(obs), None
-            signals = (Signal("gym_reward", RewardType.STEP, reward),)
-        truncated = bool(gym_truncated) or (not terminated and step >= (self._spec.max_steps or 0))
-        done = bool(terminated) or truncated
-        text = board if feedback is None else f"{feedback}\n\n{board}"
+            reward, terminated, gym_truncated = float(reward), bool(terminated), bool(gym_truncated)
+            text = board = self._board_of(obs)
+            obs, info = _plain(obs), _plain(info)
+            rewards = self._reward_bundle(reward)
+        truncated = gym_truncated or (not terminated and step >= (self._spec.max_steps or 0))
+        done = terminated or truncated
         messages = (
             *state.observation.messages,
-            {"role": "assistant", "content": action.text or ""},
+            {"role": "assistant", "content": reply},
             {"role": "user", "content": text},
         )
         data = {"gym_info": info, "gym_reward": reward, "episode_step": step}
@@ -297,16 +378,17 @@ class GymnasiumEnvironment(EpisodeMembers):
             task=state.observation.task,
             state=ObservationContent(text=board, data=data),
         )
-        hidden = GymHidden(obs, state.hidden.total_reward + reward, state.hidden.seed)
-        meta_info = {"extracted_answer": extracted, "total_reward": hidden.total_reward}
+        total = state.hidden.total_reward + reward
+        hidden = GymHidden(obs, total, state.hidden.seed)
+        meta_info = {"extracted_answer": extracted, "total_reward": total}
         next_state = State(
-            observation, hidden, StateMetadata(step, state.metadata.episode_id, done, meta_info)
+            observation, hidden, StateMetadata(step, meta.episode_id, done, meta_info)
         )
         self._tracker.track(next_state)
         return StepResult(
             next_state=next_state,
-            rewards=SignalBundle(signals),
-            terminated=bool(terminated),
+            rewards=rewards,
+            terminated=terminated,
             truncated=truncated,
             extracted_action=extracted,
             resolved_action=None if index is None else self.mapper.format_action(index),

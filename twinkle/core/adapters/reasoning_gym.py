@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +89,7 @@ class ReasoningGymEnvironment(SingleTurnEnv):
         rg = _import()
         self.dataset = rg.create_dataset(name, size=size, seed=seed, **config)
         self._verify = self.dataset.score_answer
+        self._entries: dict[int, dict[str, Any]] = {}  # index -> entry, for score_answers
         if system_prompt is None:
             from reasoning_gym.utils import SYSTEM_PROMPTS
 
@@ -114,6 +115,28 @@ class ReasoningGymEnvironment(SingleTurnEnv):
 
     def reward_value(self, task: Mapping[str, Any], extracted: str | None) -> float:
         return 0.0 if extracted is None else float(self._verify(extracted, task["entry"]))
+
+    def score_answers(self, indices: Sequence[int], answers: Sequence[str | None]) -> list[float]:
+        """:meth:`reward_value` of each answer, with the verifier called directly: this loop
+        is the whole per-answer cost of ``score_responses`` besides extraction."""
+        if len(indices) != len(answers):
+            raise ValueError("indices and answers must have the same length")
+        entries, verify = self._entries, self._verify
+        try:  # one comprehension while every entry is known and no verifier raises
+            return [
+                0.0 if a is None else float(verify(a, entries[i])) for i, a in zip(indices, answers)
+            ]
+        except Exception:  # noqa: BLE001 - a new index, or a verifier that raised: go slowly
+            pass
+        new = [i for i in indices if i not in entries]
+        entries.update((i, task["entry"]) for i, task in self._tasks_for(new).items())
+        out = []
+        for i, answer in zip(indices, answers):
+            try:
+                out.append(0.0 if answer is None else float(verify(answer, entries[i])))
+            except Exception:  # noqa: BLE001 - as in step: a crashing verifier scores 0.0
+                out.append(0.0)
+        return out
 
     def score(self, task: Mapping[str, Any], extracted: str | None, action: Action) -> tuple:
         if extracted is None:
