@@ -215,8 +215,6 @@ def curate(
         raise click.BadParameter(str(exc), param_hint="--filters") from exc
 
     files = _expand(inputs)
-    if ray_address and resume:
-        raise click.UsageError("--resume applies to single-machine runs, not --ray-address")
     try:
         if ray_address:
             from twinkle.preprocessor.ray_backend import curate_ray
@@ -230,6 +228,8 @@ def curate(
                 address=ray_address,
                 batch_size=batch_size,
                 input_format=input_format,
+                work_dir=work_dir,
+                resume=resume,
                 append=append,
                 progress=not quiet,
             )

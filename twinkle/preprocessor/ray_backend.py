@@ -1,67 +1,87 @@
 """The curation chain on Ray Data: the same steps, the same kept rows, across many nodes.
 
-``curate_ray(inputs, out, dropped, names, address=...)`` runs what ``curate_stream`` runs:
+``curate_ray(inputs, out, dropped, names, address=...)`` runs what ``curate_stream`` runs.
+Ray Data schedules one task per input chunk (JSON Lines files cut at line ends every
+``chunk_bytes``; Parquet, JSON and ``save_to_disk`` inputs one task a file); the tasks
+(``twinkle.preprocessor.ray_steps``) read their chunk themselves and parse each row once,
+so rows never travel through the object store, only small keys and statuses do:
 
-- Inputs are read as a Ray dataset: JSON Lines files cut into byte ranges at line ends
-  (``chunk_bytes``), other files (Parquet, JSON arrays, ``save_to_disk`` folders) one task
-  each, all through ``twinkle.io``'s readers and format conversion. Each row carries its
-  input position (file index, byte offset or row index), which orders ties and the output.
-  Rows travel as JSON text, so no Arrow schema has to fit every row.
-- Per-row steps run as ``map_batches`` in an actor pool (``concurrency``): each actor builds
-  the chain once, so PII (spaCy) and model-backed steps load their models once per actor.
-- ``DedupFilter`` is a distributed group-by on the signature of keys only (signature,
-  message count, XXH3-128 digest of the messages, position; never the rows): a group of
+- The chain is cut after each global step. Pass ``s`` (one ``map_batches`` over the
+  chunks) runs segment ``s``'s per-row steps and computes global step ``s``'s keys (exact
+  dedup: signature, message count, XXH3-128 digest; near dedup: MinHash values). The last
+  pass also runs the per-row steps after the last global step, on every row that reaches
+  it: they are per-row, so dropping that step's losers afterwards keeps exactly the rows of
+  the single-process run, and every row is read and parsed once instead of twice. Passes
+  with heavy steps (PII with spaCy, model scoring, intent) run in an actor pool sized to
+  the cluster's CPUs, so models load once per actor.
+- ``DedupFilter`` is a distributed hash group-by on the signature: each task writes its
+  keys as one Arrow record batch per signature bucket, and one Ray task per bucket
+  memory-maps its batches and resolves the groups with numpy (``ray_global``). A group of
   exact copies keeps its first longest row; the rare group that is not (truncations,
-  branches) has its rows fetched and resolved by the in-memory rule (``_group_survivors``).
-- ``NearDedupFilter``: MinHash signatures per batch; each band's hash is a key, rows are
-  shuffled by it and every bucket with two rows or more yields candidate pairs (a star on
-  its first row). The pairs (two integers each, never signatures) are joined into
-  connected components with union-find on the driver; each component's keys and
-  signatures are then grouped and get the single-process decision
-  (``NearDedupFilter.select``). A row's LSH candidates all lie in its component, so the
-  kept rows are exactly the single-process ones.
-- Global steps answer with the positions to drop, broadcast to a ``map_batches`` that marks
-  them: rows are never shuffled, so blocks keep their input order and the kept rows are
-  written in order without a sort (a sort by position runs only if part ranges overlap).
-- The kept and the dropped rows are written by the workers as part files under
-  ``parts_dir`` and joined into ``out`` and ``dropped``; the writers return the counts per
-  step and reason. The summary has the same form and counts as ``curate_stream``'s (tags
-  of tagging steps are not counted here).
+  branches) has its rows read back and resolved by the in-memory rule.
+- ``NearDedupFilter``: each band's hash is a key, rows are shuffled by it with Ray Data's
+  ``groupby`` and every bucket with two rows or more yields candidate pairs; the pairs are
+  joined into connected components with union-find, and each component gets the
+  single-process decision (``NearDedupFilter.select``), so no process holds every
+  signature.
+- A global step's verdict (positions to drop, with reasons) is broadcast to the next pass,
+  whose tasks drop those rows as they read and log them. After the last verdict, plain
+  Ray tasks (``ray_global.finish_chunks``) copy each chunk's surviving rows into its part
+  file as byte ranges (no parsing) and write its dropped log and counts, per step and
+  reason, with seconds and tags; the driver joins the parts in input order.
+- Every task writes a completion marker last, as datatrove's executors do. With
+  ``resume=True`` the work folder is kept, and a rerun after a kill or a failure skips
+  every chunk with a marker and every verdict already taken.
+
+The work folder must be on a file system every node sees (NFS, a shared volume). The
+summary (``StreamSummary``) has the same shape and counts as ``curate_stream``'s, and the
+output is byte for byte the same.
+
+Example (needs a running cluster):
+    >>> curate_ray('data/', 'kept.jsonl', 'dropped.jsonl', address='auto')  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from twinkle.preprocessor.quality import PipelineStats
+from twinkle.preprocessor.ray_global import (
+    Bands,
+    chunk_range,
+    component,
+    finish_chunks,
+    load_keys,
+    near_losers,
+    reduce_exact,
+    star,
+    union_find,
+)
 from twinkle.preprocessor.ray_steps import (
     _HEAVY,
-    _Bands,
+    _Actor,
     _chunks,
-    _component,
-    _exact_keys,
-    _loads,
-    _mark,
-    _near_losers,
-    _near_sketch,
-    _per_row,
-    _PerRow,
-    _pick,
-    _read,
-    _resolve_keys,
-    _star,
-    _union_find,
-    _write_part,
+    _task,
+    fetch_rows,
+    read_markers,
 )
-from twinkle.preprocessor.stream import StreamSummary, _join_parts, _peak_rss_mb
+from twinkle.preprocessor.stream import (
+    StreamSummary,
+    _fingerprint,
+    _join_parts,
+    _peak_rss_mb,
+    _stats_from,
+    _write_json_atomic,
+)
 
 logger = logging.getLogger("twinkle.preprocessor")
 
@@ -80,217 +100,334 @@ def curate_ray(
     input_format: str | None = None,
     chunk_bytes: int = 16 << 20,
     concurrency: int | None = None,
-    parts_dir: str | os.PathLike[str] | None = None,
+    work_dir: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    keep_work: bool | None = None,
     append: bool = False,
     progress: bool = False,
+    on_shard: Callable[[int, bool], None] | None = None,
 ) -> StreamSummary:
     """Run the chain ``names`` on the Ray cluster at ``address`` (see the module docstring).
 
-    ``out`` and ``dropped`` are written as by ``curate_stream``; the part files stay in
-    ``parts_dir`` when one is given (``out/`` and ``dropped/`` under it). ``concurrency``
-    is the actor pool size (default: the cluster's CPUs).
+    ``out`` and ``dropped`` are written as by ``curate_stream``. ``work_dir`` (default
+    ``.<out>.ray-work`` beside ``out``) holds the chunks' parts and markers; it is removed
+    after success unless ``resume`` or ``keep_work``. ``concurrency`` is the actor pool
+    size for heavy steps (default: the cluster's CPUs). ``on_shard(i, reused)`` is called
+    in input order as each chunk's task of the last pass completes (or is found done).
+    A step's ``seconds`` is the workers' time in it; a global step's adds its group-by's
+    wall time, and the steps after the last global step include the rows it drops (they
+    run before its verdict, in the same pass).
     """
-    import ray
-    import ray.data
-
     from twinkle.preprocessor import chain
-    from twinkle.preprocessor.quality import QualityPreprocessor, truncate_dropped_logs
 
     t0 = time.perf_counter()
     names = chain.parse_filter_names(chain.DEFAULT_CHAIN if names is None else names)
     params = {k: dict(v) for k, v in (params or {}).items()}
     stages = chain.build_pipeline(names, params)  # fails here, not on a worker
+    out_path = Path(out)
+    work = Path(work_dir) if work_dir else out_path.with_name(f".{out_path.name}.ray-work")
+    keep = resume if keep_work is None else keep_work
+    settings = {"batch_size": batch_size, "format": input_format, "chunk_bytes": chunk_bytes,
+                "backend": "ray"}  # fmt: skip
+    fp = _fingerprint(inputs, stages, settings)
+    manifest = work / "manifest.json"
+    fresh = True
+    if resume and manifest.is_file():
+        try:
+            fresh = json.loads(manifest.read_text()).get("fingerprint") != fp
+        except ValueError:
+            fresh = True
+        if fresh:
+            logger.warning("%s: inputs, chain or settings changed; starting afresh", work)
+    if fresh:
+        shutil.rmtree(work, ignore_errors=True)
+    (work / "dropped").mkdir(parents=True, exist_ok=True)
+    if fresh:
+        _write_json_atomic(manifest, {"fingerprint": fp, "settings": settings})
+    try:
+        summary = _run(
+            inputs, out_path, str(dropped or ""), names, params, stages, work, batch_size,
+            input_format, chunk_bytes, concurrency, address, append, progress, on_shard,
+        )  # fmt: skip
+    except BaseException:
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
+        raise
+    if not keep:
+        shutil.rmtree(work, ignore_errors=True)
+    summary.seconds = time.perf_counter() - t0
+    return summary
+
+
+def _segments(names: list[str], params: Mapping[str, Any], stages: list[Any]) -> list[dict]:
+    """The chain cut after each global step: per-row names, their params, the global step."""
+    from twinkle.preprocessor import chain
+    from twinkle.preprocessor.quality import QualityPreprocessor, step_name
+
+    segs: list[dict[str, Any]] = []
+    run: list[str] = []
+    by_name = {s.name: s for s in stages}
+    for name in [*names, None]:
+        if name is not None and not chain.FILTERS[name][2]:
+            run.append(name)
+            continue
+        segs.append({
+            "names": run,
+            "params": {k: params[k] for k in run if k in params},
+            "display": QualityPreprocessor([by_name[n].step for n in run]).names,
+            "global": name,
+            "gparams": json.dumps(params.get(name, {}), default=str) if name else "{}",
+            "gname": step_name(by_name[name].step) if name else "",
+        })  # fmt: skip
+        run = []
+    return segs
+
+
+def _run(
+    inputs: Any,
+    out_path: Path,
+    dropped_path: str,
+    names: list[str],
+    params: dict[str, dict[str, Any]],
+    stages: list[Any],
+    work: Path,
+    batch_size: int,
+    input_format: str | None,
+    chunk_bytes: int,
+    concurrency: int | None,
+    address: str,
+    append: bool,
+    progress: bool,
+    on_shard: Callable[[int, bool], None] | None,
+) -> StreamSummary:
+    import ray
+    import ray.data
+
+    from twinkle.preprocessor.quality import truncate_dropped_logs
+
+    segs = _segments(names, params, stages)
+    chunks = _chunks(inputs, chunk_bytes)
+    size = sum(c["end"] - c["start"] if c["start"] >= 0 else _size(c["path"]) for c in chunks)
+    n_global = len(segs) - 1
+    n_pass = max(n_global, 1)
+    ctx: dict[str, Any] = {
+        "work": str(work), "format": input_format, "batch_size": batch_size, "segments": segs,
+        "chunks": chunks, "losers": [], "buckets": int(min(256, max(2, -(-size // _BUCKET)))),
+    }  # fmt: skip
+    for sub in [*(f"seg{s}" for s in range(n_pass)), "fin"]:
+        (work / sub).mkdir(exist_ok=True)
+    verdicts: list[tuple[np.ndarray, np.ndarray, list[str]]] = []
+    finished: list[tuple[int, dict[str, Any]]] = []
+    reused = 0
     started = not ray.is_initialized()
     if started:
         ray.init(address=address, log_to_driver=False, include_dashboard=False)
-    ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = progress
-    ctx.verbose_progress = False
-    ctx.execution_options.preserve_order = True  # blocks in input order: no sort to write
-    logging.getLogger("ray.data").setLevel(logging.WARNING)
-    workers = concurrency or max(1, int(ray.cluster_resources().get("CPU", 1)))
-    own_parts = parts_dir is None
-    base = Path(parts_dir) if parts_dir else Path(out).with_name(f".{Path(out).name}.ray-parts")
-    shutil.rmtree(base, ignore_errors=True)
-    (base / "out").mkdir(parents=True)
-    (base / "dropped").mkdir(parents=True)
     try:
-        chunks = _chunks(inputs, chunk_bytes)
-        ds = ray.data.from_items(chunks, override_num_blocks=max(1, len(chunks)))
-        ds = ds.map_batches(
-            _read, fn_kwargs={"input_format": input_format}, batch_size=1, batch_format="pyarrow"
-        ).materialize()
-        rows_in = ds.count()
-        drops: list[Any] = []
-        cols = ["pos", "row", "step", "reason"]
-
-        def split(d: Any) -> Any:
-            d = d.materialize()
-            drops.append(d.filter(expr="step != ''").select_columns(cols))
-            return d.filter(expr="step == ''").select_columns(cols)
-
-        order: list[str] = []
-        run: list[str] = []
-        for name in [*names, None]:
-            if name is None or chain.FILTERS[name][2]:  # a global step (or the end) closes a run
-                if run:
-                    kw = {k: params[k] for k in run if k in params}
-                    if _HEAVY & set(run):  # models load once per actor, not once per batch
-                        mapped = ds.map_batches(
-                            _PerRow, fn_constructor_args=(run, kw), batch_size=batch_size,
-                            batch_format="pyarrow", concurrency=workers,
-                        )  # fmt: skip
-                    else:  # rule filters: plain tasks, which free their CPU after each batch
-                        mapped = ds.map_batches(
-                            _per_row, fn_kwargs={"names": run, "params": kw},
-                            batch_size=batch_size, batch_format="pyarrow",
-                        )  # fmt: skip
-                    ds = split(mapped)
-                    order += QualityPreprocessor([s.step for s in stages if s.name in run]).names
-                    run = []
-                if name == "dedup":
-                    ds = _exact(split, ds, params.get(name, {}), batch_size)
-                    order.append("DedupFilter")
-                elif name == "neardedup":
-                    ds = _near(split, ds, params.get(name, {}), batch_size)
-                    order.append("NearDedupFilter")
-            else:
-                run.append(name)
-        if not _write_in_order(ds, base / "out"):  # blocks lost their order: sort them
-            shutil.rmtree(base / "out")
-            (base / "out").mkdir()
-            _write_in_order(ds.sort("pos"), base / "out")
-        counts: dict[str, dict[str, int]] = {}
-        if drops:  # the dropped log: no sort (its order is by part), counts from the writers
-            all_drops = drops[0].union(*drops[1:]) if len(drops) > 1 else drops[0]
-            written = all_drops.map_batches(
-                _write_part, fn_kwargs={"folder": str(base / "dropped"), "log": True},
-                batch_format="pyarrow", batch_size=None,
-            ).take_all()  # fmt: skip
-            for rec in written:
-                step = counts.setdefault(rec["step"], {})
-                step[rec["reason"]] = step.get(rec["reason"], 0) + int(rec["n"])
+        dctx = ray.data.DataContext.get_current()
+        dctx.enable_progress_bars = progress
+        dctx.verbose_progress = False
+        dctx.execution_options.preserve_order = True  # tasks reported in input order
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
+        workers = concurrency or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        for s in range(n_pass):
+            sdir = work / f"seg{s}"
+            last = s == n_pass - 1
+            todo = [c["i"] for c in chunks if not (sdir / f"chunk-{c['i']:05d}.done").is_file()]
+            if last:
+                reused = len(chunks) - len(todo)
+                for i in sorted(set(range(len(chunks))) - set(todo)) if on_shard else ():
+                    on_shard(i, True)
+            if todo:
+                for batch in _map(ctx, s, todo, workers).iter_batches(
+                    batch_format="pyarrow", batch_size=None
+                ):
+                    for i in batch.column("i").to_pylist():
+                        if last and on_shard:
+                            on_shard(i, False)
+            if s == n_global:  # no global step: the one pass ran the whole chain
+                break
+            done = sdir / "done.json"
+            if not done.is_file():
+                t1 = time.perf_counter()  # the group-by's wall time: its tasks run elsewhere
+                markers = read_markers([sdir / f"chunk-{c['i']:05d}.done" for c in chunks])
+                decide = _exact if segs[s]["global"] == "dedup" else _near
+                pos, codes, reasons = (
+                    decide(ctx, s, markers, workers) if chunks else _verdict([""], [], [])
+                )
+                np.savez(sdir / "losers.npz", pos=pos, codes=codes)
+                lost = np.bincount(codes, minlength=len(reasons)).tolist()
+                _write_json_atomic(done, {
+                    "reasons": reasons, "reach": sum(m["reach"] for m in markers),
+                    "dropped": {reasons[k]: n for k, n in enumerate(lost) if k and n},
+                    "seconds": sum(m["seconds"] for m in markers) + time.perf_counter() - t1,
+                })  # fmt: skip
+            with np.load(sdir / "losers.npz") as z:
+                verdicts.append((z["pos"], z["codes"], json.loads(done.read_text())["reasons"]))
+            ctx["losers"].append(ray.put(verdicts[-1]))
+        # The last verdict applied to each chunk's rows, on the workers: parts, logs, counts.
+        (work / "out").mkdir(exist_ok=True)
+        # Plain Ray tasks: a few per CPU, cheaper to start than a Ray Data pass.
+        ref, step = ray.put(ctx), max(1, -(-len(chunks) // (4 * workers)))
+        remote = ray.remote(num_cpus=1)(finish_chunks)
+        ids = [list(range(k, min(k + step, len(chunks)))) for k in range(0, len(chunks), step)]
+        finished = [r for part in ray.get([remote.remote(ref, i) for i in ids]) for r in part]
     finally:
         if started:
             ray.shutdown()
-    stats = PipelineStats()
-    remaining = rows_in
-    for name in order:
-        lost = counts.get(name, {})
-        stats.record(name, remaining, remaining - sum(lost.values()), lost, 0.0)
-        remaining -= sum(lost.values())
-    rows_out = _join_parts(sorted((base / "out").glob("part-*.jsonl")), Path(out))
-    if dropped:
+    stats = PipelineStats()  # every step in chain order first, as curate_rows reports them
+    for seg in segs:
+        for n in seg["display"]:
+            stats.record(n, 0, 0, {}, 0.0)
+        if seg["gname"]:
+            stats.record(seg["gname"], 0, 0, {}, 0.0)
+    for s in range(n_global):
+        for m in read_markers([work / f"seg{s}" / f"chunk-{c['i']:05d}.done" for c in chunks]):
+            _stats_from(m["stats"], stats)
+        meta = json.loads((work / f"seg{s}" / "done.json").read_text())
+        reach, lost = meta["reach"], sum(meta["dropped"].values())
+        stats.record(segs[s]["gname"], reach, reach - lost, meta["dropped"], meta["seconds"])
+    results = sorted(finished, key=lambda r: r[0])
+    for _, m in results:
+        _stats_from(m["stats"], stats)
+    rows_in = sum(m["read"] for m in read_markers(
+        [work / "seg0" / f"chunk-{c['i']:05d}.done" for c in chunks]))  # fmt: skip
+    rows_out = _join_parts([work / "out" / f"part-{c['i']:05d}.jsonl" for c in chunks], out_path)
+    if dropped_path:
         if not append:
-            truncate_dropped_logs(str(dropped))
-        with open(dropped, "ab") as dst:
-            for p in sorted((base / "dropped").glob("part-*.jsonl")):
-                with open(p, "rb") as src:
-                    shutil.copyfileobj(src, dst, 1 << 20)
-    shards = len(list((base / "out").glob("part-*.jsonl")))
-    if own_parts:
-        shutil.rmtree(base, ignore_errors=True)
+            truncate_dropped_logs(dropped_path)
+        logs = [work / f"seg{s}" / f"dropped-{c['i']:05d}.jsonl"
+                for s in range(n_pass) for c in chunks]  # fmt: skip
+        logs += [work / "dropped" / f"part-{c['i']:05d}.jsonl" for c in chunks]
+        with open(dropped_path, "ab") as dst:
+            for p in logs:
+                if p.is_file():
+                    with open(p, "rb") as src:
+                        shutil.copyfileobj(src, dst, 1 << 20)
     return StreamSummary(
-        stats=stats, rows_in=rows_in, rows_out=rows_out, output=str(out), dropped=str(dropped),
-        shards=shards, seconds=time.perf_counter() - t0, peak_rss_mb=_peak_rss_mb(),
+        stats=stats, rows_in=rows_in, rows_out=rows_out, output=str(out_path),
+        dropped=dropped_path, shards=len(chunks), shards_reused=reused,
+        peak_rss_mb=_peak_rss_mb(),
     )  # fmt: skip
 
 
-def _write_in_order(ds: Any, folder: Path) -> bool:
-    """Write ``ds`` as part files; whether their position ranges are disjoint (in order)."""
-    written = ds.map_batches(
-        _write_part, fn_kwargs={"folder": str(folder), "log": False}, batch_format="pyarrow",
-        batch_size=None,
-    ).take_all()  # fmt: skip
-    ranges = sorted({(r["lo"], r["hi"]) for r in written if r["lo"] >= 0})
-    return all(a[1] < b[0] for a, b in zip(ranges, ranges[1:]))
+_BUCKET = 256 << 20  # input bytes per signature bucket of the exact-dedup group-by
 
 
-def _positions(ds: Any) -> np.ndarray:
-    """The ``pos`` column of ``ds``, sorted (the positions a global step drops)."""
-    parts = [b.column("pos").to_numpy() for b in ds.iter_batches(batch_format="pyarrow")]
-    return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+def _size(path: str) -> int:
+    return os.path.getsize(path) if os.path.isfile(path) else 0
 
 
-def _exact(split: Any, ds: Any, kwargs: Mapping[str, Any], batch_size: int) -> Any:
+def _map(ctx: Mapping[str, Any], s: int, todo: list[int], workers: int) -> Any:
+    """Pass ``s`` over the chunks ``todo`` as ``map_batches``, one chunk a task."""
+    import ray.data
+
+    names = set(ctx["segments"][s]["names"])
+    if s == len(ctx["segments"]) - 2:  # the last pass also runs the last segment's steps
+        names |= set(ctx["segments"][-1]["names"])
+    ds = ray.data.from_items([{"i": i} for i in todo], override_num_blocks=max(1, len(todo)))
+    kw = {"fn_kwargs": {"ctx": ctx, "s": s}, "batch_size": 1, "batch_format": "pyarrow"}
+    if _HEAVY & names:  # models load once per actor, not once per task
+        return ds.map_batches(_Actor, concurrency=workers, **kw)
+    return ds.map_batches(_task, **kw)
+
+
+def _tables(ds: Any) -> list[Any]:
+    return list(ds.iter_batches(batch_format="pyarrow", batch_size=None))
+
+
+def _verdict(
+    reasons: list[str], drops: Iterable[tuple[np.ndarray, str]], markers: list[dict]
+) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Sorted loser positions and reason codes: ``drops`` plus the rows that could not be
+    compared (``bad`` in the markers)."""
+    pos_parts, code_parts = [], []
+    bad = [b for m in markers for b in m["bad"]]
+    for reason in dict.fromkeys(r for _, r in bad):
+        reasons.append(reason)
+    for arr, reason in drops:
+        if reason not in reasons:
+            reasons.append(reason)
+        pos_parts.append(np.asarray(arr, dtype=np.int64))
+        code_parts.append(np.full(len(arr), reasons.index(reason), dtype=np.uint16))
+    if bad:
+        pos_parts.append(np.array([b[0] for b in bad], dtype=np.int64))
+        code_parts.append(np.array([reasons.index(b[1]) for b in bad], dtype=np.uint16))
+    if not pos_parts:
+        return np.zeros(0, np.int64), np.zeros(0, np.uint16), reasons
+    pos, codes = np.concatenate(pos_parts), np.concatenate(code_parts)
+    order = np.argsort(pos, kind="stable")
+    return pos[order], codes[order], reasons
+
+
+def _exact(ctx: Mapping[str, Any], s: int, markers: list[dict], workers: int) -> Any:
+    """The distributed group-by on the signature (``reduce_exact``, one task a bucket)."""
     import ray
 
     from twinkle.preprocessor.dedup_filter import DUPLICATE, _group_survivors
 
-    keyed = ds.map_batches(
-        _exact_keys, fn_kwargs={"kwargs": dict(kwargs)}, batch_size=batch_size,
-        batch_format="pyarrow",
-    ).materialize()  # fmt: skip
-    split(keyed.filter(expr="reason != ''"))
-    ok = keyed.filter(expr="reason == ''").materialize()
-    verdicts = (
-        ok.select_columns(["pos", "sig", "n", "d1", "d2"])
-        .groupby("sig", num_partitions=_partitions())
-        .map_groups(_resolve_keys, batch_format="pyarrow")
-        .materialize()
-    )
-    losers = [_positions(verdicts.filter(expr="kind == 0"))]
-    hard = verdicts.filter(expr="kind == 1").take_all()  # groups that are not plain copies
-    if hard:
-        wanted = ray.put(np.sort(np.array([r["pos"] for r in hard], dtype=np.int64)))
-        rows = {
-            r["pos"]: _loads(r["row"])
-            for r in ok.map_batches(_pick, fn_kwargs={"ref": wanted}, batch_format="pyarrow")
-            .take_all()
-        }  # fmt: skip
-        groups: dict[int, list[int]] = {}
-        for r in hard:
-            groups.setdefault(r["sig"], []).append(r["pos"])
-        for members in groups.values():
+    remote = ray.remote(num_cpus=1)(reduce_exact)  # one plain task a bucket
+    ref = ray.put(ctx)
+    tables = ray.get([remote.remote(ref, s, b) for b in range(ctx["buckets"])])
+    losers: list[np.ndarray] = []
+    hard: dict[int, list[int]] = {}
+    for t in tables:
+        kind = t.column("kind").to_numpy()
+        pos, sig = t.column("pos").to_numpy(), t.column("sig").to_numpy()
+        losers.append(pos[kind == 0])
+        for p, g in zip(pos[kind == 1].tolist(), sig[kind == 1].tolist()):
+            hard.setdefault(g, []).append(p)
+    if hard:  # groups that are not plain copies: their rows, compared in full (rare)
+        wanted = np.sort(np.array([p for g in hard.values() for p in g], dtype=np.int64))
+        rows: dict[int, Any] = {}
+        for c in ctx["chunks"]:
+            lo, hi = chunk_range(c)
+            inside = wanted[(wanted >= lo) & (wanted < hi)]
+            if len(inside):
+                rows.update(fetch_rows(ctx, c, s, inside))
+        for members in hard.values():
             members.sort(key=lambda p: (-len(rows[p]["messages"]), p))
             keep = set(_group_survivors(rows, members))  # type: ignore[arg-type]
             losers.append(np.array([p for p in members if p not in keep], dtype=np.int64))
-    ref = ray.put((np.sort(np.concatenate(losers)), "DedupFilter", DUPLICATE))
-    return split(ok.map_batches(_mark, fn_kwargs={"ref": ref}, batch_format="pyarrow"))
+        logger.info("dedup: %d signature groups compared in full", len(hard))
+    return _verdict([""], [(np.concatenate(losers) if losers else [], DUPLICATE)], markers)
 
 
-def _near(split: Any, ds: Any, kwargs: Mapping[str, Any], batch_size: int) -> Any:
+def _near(ctx: Mapping[str, Any], s: int, markers: list[dict], workers: int) -> Any:
     import ray
+    import ray.data
     from datasketch import MinHashLSH
 
     from twinkle.preprocessor.dedup_filter import NEAR_DUPLICATE, NearDedupFilter
 
+    kwargs = json.loads(ctx["segments"][s]["gparams"])
     f = NearDedupFilter(**kwargs)
     lsh = MinHashLSH(threshold=f.threshold, num_perm=f.num_perm, weights=(0.05, 0.95))
-    sk = ds.map_batches(
-        _near_sketch, fn_kwargs={"kwargs": dict(kwargs)}, batch_size=batch_size,
-        batch_format="pyarrow",
-    ).materialize()  # fmt: skip
-    split(sk.filter(expr="reason != ''"))
-    ok = sk.filter(expr="reason == ''").materialize()
-    keys = ok.filter(expr="has").select_columns(["pos", "n", "chars", "sig"]).materialize()
-    edges = (
-        keys.map_batches(_Bands(lsh.b, lsh.r), batch_format="pyarrow", batch_size=batch_size)
-        .groupby("band", num_partitions=_partitions())
-        .map_groups(_star, batch_format="pyarrow")
+    n = len(ctx["chunks"])
+    keys = (
+        ray.data.from_items([{"i": i} for i in range(n)], override_num_blocks=max(1, n))
+        .map_batches(
+            load_keys, fn_kwargs={"ctx": ctx, "s": s}, batch_size=1, batch_format="pyarrow"
+        )
         .materialize()
     )
-    pairs = [(b.column("a").to_numpy(), b.column("b").to_numpy()) for b in edges.iter_batches(
-        batch_format="pyarrow")]  # fmt: skip
-    a = np.concatenate([p[0] for p in pairs]) if pairs else np.zeros(0, dtype=np.int64)
-    b = np.concatenate([p[1] for p in pairs]) if pairs else np.zeros(0, dtype=np.int64)
-    ref = ray.put(_union_find(a, b))
-    losers = (
-        keys.map_batches(_component, fn_kwargs={"ref": ref}, batch_format="pyarrow")
-        .filter(expr="comp >= 0")
-        .groupby("comp", num_partitions=_partitions())
-        .map_groups(_near_losers, fn_kwargs={"kwargs": dict(kwargs)}, batch_format="pyarrow")
-    )
-    ref = ray.put((_positions(losers), "NearDedupFilter", NEAR_DUPLICATE))
-    return split(ok.map_batches(_mark, fn_kwargs={"ref": ref}, batch_format="pyarrow"))
-
-
-def _workers() -> int:
-    import ray
-
-    return max(1, int(ray.cluster_resources().get("CPU", 1)))
-
-
-def _partitions() -> int:
-    """Shuffle partitions: a few per CPU (Ray's default of 200 is slow on small clusters)."""
-    return 4 * _workers()
+    drops: list[tuple[np.ndarray, str]] = []
+    if keys.count():
+        parts = max(1, workers)  # Ray's default of 200 partitions is slow on small clusters
+        edges = _tables(
+            keys.map_batches(Bands(lsh.b, lsh.r), batch_format="pyarrow")
+            .groupby("band", num_partitions=parts)
+            .map_groups(star, batch_format="pyarrow")
+        )
+        a = np.concatenate([t.column("a").to_numpy() for t in edges] or [np.zeros(0, np.int64)])
+        b = np.concatenate([t.column("b").to_numpy() for t in edges] or [np.zeros(0, np.int64)])
+        if len(a):
+            ref = ray.put(union_find(a, b))
+            lost = _tables(
+                keys.map_batches(component, fn_kwargs={"ref": ref}, batch_format="pyarrow")
+                .filter(expr="comp >= 0")
+                .groupby("comp", num_partitions=parts)
+                .map_groups(near_losers, fn_kwargs={"kwargs": kwargs}, batch_format="pyarrow")
+            )
+            pos = [t.column("pos").to_numpy() for t in lost]
+            drops.append((np.concatenate(pos) if pos else np.zeros(0, np.int64), NEAR_DUPLICATE))
+    return _verdict([""], drops, markers)

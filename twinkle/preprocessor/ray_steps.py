@@ -1,9 +1,18 @@
-"""Ray Data worker side of ``twinkle.preprocessor.ray_backend``: reading, steps, writing.
+"""Ray Data worker side of ``twinkle.preprocessor.ray_backend``: one task per input chunk.
 
-Everything here runs in Ray tasks and actors on the worker nodes, on Arrow batches of
-``pos`` (input position), ``row`` (the row as JSON text), ``step`` and ``reason`` ('' while
-the row is kept). Global steps send only keys through shuffles (signatures, digests,
-positions), never the rows; their verdicts come back as positions to drop (``_mark``).
+Each task reads its chunk itself (a byte range of a JSON Lines file, or a whole Parquet/JSON
+file, through ``twinkle.io``'s readers and format conversion), parses each row once and does
+all the work of one pass on it (``run_pass``): the per-row steps, the keys of the next global
+step and, in the last pass, the per-row steps after it. Rows never enter the object store: a
+task writes them to the shared work folder (spools, the last pass's rows, dropped logs, keys
+as Arrow IPC files) and returns a one-row status; a completion marker is written last, as
+datatrove's executors do, and a rerun skips every chunk that has one.
+
+Per-row steps record what they did to each row by position (``Events``), so counts, tags
+and the dropped log can be taken later over the rows a global step keeps.
+
+A row's position is ``file index << 40 | byte offset`` (or row index for non-JSONL files):
+sortable in input order, so ties break as in the single-process run.
 
 Example:
     >>> _positions_in_order([(1, 0), (0, 5)])  # (file index, offset) -> sortable integers
@@ -12,7 +21,9 @@ Example:
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,32 +37,16 @@ _HEAVY = frozenset({"pii", "score", "intent"})
 
 _FILE_SHIFT = 40  # position = file index << 40 | offset (offsets up to 1 TB per file)
 
+Items = list[tuple[int, Any]]
+
 
 def _positions_in_order(pairs: Iterable[tuple[int, int]]) -> list[int]:
     return [(f << _FILE_SHIFT) | o for f, o in pairs]
 
 
-def _schema() -> Any:
-    import pyarrow as pa
-
-    return pa.schema(
-        [("pos", pa.int64()), ("row", pa.large_string()), ("step", pa.string()),
-         ("reason", pa.string())]
-    )  # fmt: skip
-
-
-def _table(pos: Sequence[int], rows: Sequence[str], steps: Sequence[str], reasons: Sequence[str]):
-    import pyarrow as pa
-
-    return pa.Table.from_arrays(
-        [pa.array(pos, pa.int64()), pa.array(rows, pa.large_string()),
-         pa.array(steps, pa.string()), pa.array(reasons, pa.string())],
-        schema=_schema(),
-    )  # fmt: skip
-
-
 # ----------------------------------------------------------------------------- reading
 def _chunks(inputs: Any, chunk_bytes: int) -> list[dict[str, Any]]:
+    """The tasks' inputs: JSONL files cut at line ends every ``chunk_bytes``, others whole."""
     from twinkle import io_formats
 
     paths = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
@@ -70,333 +65,399 @@ def _chunks(inputs: Any, chunk_bytes: int) -> list[dict[str, Any]]:
                     start = end
         else:
             out.append({"path": str(path), "file": fi, "start": -1, "end": -1})
+    for i, c in enumerate(out):
+        c["i"] = i
     return out
 
 
-class _Read:
-    def __init__(self, input_format: str | None) -> None:
-        self.input_format = input_format
+def _read_chunk(c: Mapping[str, Any], input_format: str | None) -> Items:
+    from twinkle.io import read_rows
+    from twinkle.io_formats import convert_rows
 
-    def __call__(self, batch: Any) -> Any:
-        from twinkle.io import read_rows
-        from twinkle.io_formats import convert_rows
+    base = c["file"] << _FILE_SHIFT
+    if c["start"] < 0:
+        return [(base | i, row) for i, row in enumerate(read_rows(c["path"], input_format))]
+    with open(c["path"], "rb") as f:
+        f.seek(c["start"])
+        data = f.read(c["end"] - c["start"])
+    offsets, values = [], []
+    at = c["start"]
+    for line in data.split(b"\n"):
+        if line.strip():
+            offsets.append(at)
+            values.append(_loads(line))
+        at += len(line) + 1
+    items: Items = []
+    for off, row in zip(offsets, convert_rows(values, input_format)):
+        if not isinstance(row, dict):
+            raise ValueError(f"{c['path']}: byte {off}: a row must be a JSON object")
+        items.append((base | off, row))
+    return items
 
-        pos: list[int] = []
-        rows: list[str] = []
-        for c in batch.to_pylist():
-            base = c["file"] << _FILE_SHIFT
-            if c["start"] < 0:
-                for i, row in enumerate(read_rows(c["path"], self.input_format)):
-                    pos.append(base | i)
-                    rows.append(_dumps(row).decode())
-                continue
-            offsets, values = [], []
-            with open(c["path"], "rb") as f:
-                f.seek(c["start"])
-                at = c["start"]
-                while at < c["end"]:
-                    raw = f.readline()
-                    if not raw:
-                        break
-                    if raw.strip():
-                        offsets.append(at)
-                        values.append(_loads(raw))
-                    at += len(raw)
-            for off, row in zip(offsets, convert_rows(values, self.input_format)):
-                if not isinstance(row, dict):
-                    raise ValueError(f"{c['path']}: byte {off}: a row must be a JSON object")
-                pos.append(base | off)
-                rows.append(_dumps(row).decode())
-        return _table(pos, rows, [""] * len(pos), [""] * len(pos))
+
+def _spool_paths(work: str, s: int, i: int) -> tuple[Path, Path]:
+    d = Path(work) / f"seg{s}"
+    return d / f"rows-{i:05d}.jsonl", d / f"pos-{i:05d}.npy"
+
+
+def _read_spool(work: str, s: int, i: int) -> Items:
+    rows_path, pos_path = _spool_paths(work, s, i)
+    pos = np.load(pos_path).tolist()
+    lines = rows_path.read_bytes().split(b"\n") if pos else []
+    return [(p, _loads(line)) for p, line in zip(pos, lines)]
+
+
+_LOSERS: dict[str, Any] = {}
+
+
+def _losers(ref: Any) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """A global step's ``(sorted positions, reason codes, reasons)``, fetched once a worker."""
+    import ray
+
+    if not isinstance(ref, ray.ObjectRef):
+        return ref
+    key = ref.hex()
+    if key not in _LOSERS:
+        if len(_LOSERS) > 8:  # a worker serves one run at a time: keep the latest few
+            _LOSERS.clear()
+        _LOSERS[key] = ray.get(ref)
+    return _LOSERS[key]
+
+
+def _lookup(positions: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """Index into ``positions`` of each of ``pos``, -1 where absent."""
+    if not len(positions) or not len(pos):
+        return np.full(len(pos), -1, dtype=np.int64)
+    i = np.minimum(np.searchsorted(positions, pos), len(positions) - 1)
+    return np.where(positions[i] == pos, i, -1)
+
+
+def segment_input(ctx: Mapping[str, Any], c: Mapping[str, Any], s: int, log: str) -> Items:
+    """The rows of chunk ``c`` that reach segment ``s``'s per-row steps: the latest spool at or
+    before it (or the input), less every earlier global step's losers. The losers of the
+    global step just before ``s`` go to the dropped log ``log`` (each row is logged once)."""
+    from twinkle.preprocessor.base import drop
+    from twinkle.preprocessor.quality import append_dropped
+
+    segs = ctx["segments"]
+    spooled = [t for t in range(s) if segs[t]["names"]]
+    if spooled:
+        first = spooled[-1]
+        items = _read_spool(ctx["work"], first, c["i"])
+    else:
+        first = 0
+        items = _read_chunk(c, ctx["format"])
+    for g in range(first, s):
+        positions, codes, reasons = _losers(ctx["losers"][g])
+        at = _lookup(positions, np.array([p for p, _ in items], dtype=np.int64))
+        if log and g == s - 1 and (at >= 0).any():
+            lost = (
+                drop(items[k][1], reasons[codes[j]]) for k, j in enumerate(at.tolist()) if j >= 0
+            )
+            append_dropped(log, segs[g]["gname"], lost)
+        items = [it for it, j in zip(items, at.tolist()) if j < 0]
+    return items
 
 
 # ----------------------------------------------------------------------------- steps
-class _PerRow:
-    """Runs a run of per-row steps (built once per actor) and marks each row kept/dropped."""
+_BUILT: dict[str, tuple[Any, ...]] = {}
 
-    def __init__(self, names: list[str], params: Mapping[str, Any]) -> None:
-        from twinkle.preprocessor.chain import build_pipeline
-        from twinkle.preprocessor.quality import QualityPreprocessor
 
-        self.steps = [s.step for s in build_pipeline(names, params)]
-        self.names = QualityPreprocessor(self.steps).names
+def _built(names: Sequence[str], params: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Per-row steps built once per worker process (actors and reused task workers)."""
+    from twinkle.preprocessor.chain import build_pipeline
 
-    def __call__(self, batch: Any) -> Any:
-        from twinkle.preprocessor.quality import _run_step
+    key = repr((list(names), sorted(params.items())))
+    if key not in _BUILT:
+        if len(_BUILT) > 8:
+            _BUILT.clear()
+        _BUILT[key] = tuple(s.step for s in build_pipeline(list(names), params))
+    return _BUILT[key]
 
-        pos, raw = batch.column("pos").to_pylist(), batch.column("row").to_pylist()
-        rows = [{**_loads(r), "_twinkle_pos": p} for p, r in zip(pos, raw)]
-        out_pos, out_rows, out_steps, out_reasons = [], [], [], []
-        for step, name in zip(self.steps, self.names):
+
+class Events:
+    """What a run of per-row steps did to each row: drops (step, reason) and tags, by
+    position, so counts can be taken later over any subset of the rows (those a global
+    step keeps), plus the dropped rows' log lines and each step's seconds."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = list(names)
+        self.pos: list[int] = []
+        self.step: list[int] = []
+        self.kind: list[int] = []  # 0: dropped with label ``val``; 1: tagged ``val``
+        self.val: list[int] = []
+        self.labels: list[str] = []  # JSON of each reason or tag
+        self._index: dict[str, int] = {}
+        self.seconds = [0.0] * len(self.names)
+        self.log: list[str] = []  # one line per drop, in the order of the drop events
+
+    def add(self, pos: int, step: int, kind: int, value: Any) -> None:
+        key = json.dumps(value, default=str)
+        if key not in self._index:
+            self._index[key] = len(self.labels)
+            self.labels.append(key)
+        self.pos.append(pos)
+        self.step.append(step)
+        self.kind.append(kind)
+        self.val.append(self._index[key])
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {
+            "pos": np.array(self.pos, np.int64), "step": np.array(self.step, np.int16),
+            "kind": np.array(self.kind, np.int8), "val": np.array(self.val, np.int32),
+        }  # fmt: skip
+
+
+def run_steps(seg: Mapping[str, Any], items: Items, batch: int) -> tuple[Items, Events]:
+    """The segment's per-row steps over ``items``, ``batch`` rows at a time."""
+    from twinkle.preprocessor.quality import _IDX, _log_line, _run_step
+
+    ev = Events(seg["display"])
+    if not seg["names"]:
+        return items, ev
+    steps = _built(seg["names"], seg["params"])
+    out: Items = []
+    for k0 in range(0, len(items), batch):
+        rows = [{**row, _IDX: p} for p, row in items[k0 : k0 + batch]]
+        for k, (step, name) in enumerate(zip(steps, ev.names)):
             if not rows:
                 break
+            t0 = time.perf_counter()
             kept, dropped = _run_step(step, name, rows)
+            ev.seconds[k] += time.perf_counter() - t0
             for d in dropped:
-                d = dict(d)
-                reason = d.pop("drop_reason", None) or name
-                out_pos.append(d.pop("_twinkle_pos"))
-                out_rows.append(_dumps(d).decode())
-                out_steps.append(name)
-                out_reasons.append(reason)
+                p = d.get(_IDX) if isinstance(d, dict) else None
+                if not isinstance(p, int):
+                    raise RuntimeError(f"step {name} dropped a row without its position")
+                ev.add(p, k, 0, d.get("drop_reason") or name)
+                ev.log.append(_log_line(name, d))  # without the position and drop_reason
+            tag_field = getattr(step, "tag_field", None)
+            if isinstance(tag_field, str):
+                for r in kept:
+                    ev.add(r[_IDX], k, 1, r.get(tag_field))
             rows = kept
-        for r in rows:
-            out_pos.append(r.pop("_twinkle_pos"))
-            out_rows.append(_dumps(r).decode())
-            out_steps.append("")
-            out_reasons.append("")
-        return _table(out_pos, out_rows, out_steps, out_reasons)
+        out.extend((r.pop(_IDX), r) for r in rows)
+    return out, ev
 
 
-class _ExactKeys:
-    def __init__(self, kwargs: Mapping[str, Any]) -> None:
-        from twinkle.preprocessor.dedup_filter import DedupFilter
-
-        self.f = DedupFilter(**kwargs)
-
-    def __call__(self, batch: Any) -> Any:
-        import pyarrow as pa
-
-        from twinkle.preprocessor.base import malformed_reason
-        from twinkle.preprocessor.stream_global import _digest
-
-        sig, n, d1, d2, reasons = [], [], [], [], []
-        for raw in batch.column("row").to_pylist():
-            row = _loads(raw)
-            reason = malformed_reason(row)
-            s = 0
-            if reason is None:
-                try:
-                    s = self.f.signature(row["messages"])
-                except Exception as exc:  # noqa: BLE001  (a bad row is a drop, never a crash)
-                    reason = f"malformed_row:{type(exc).__name__}"
-            a, b = _digest(row["messages"]) if reason is None else (0, 0)
-            sig.append(s)
-            n.append(len(row["messages"]) if reason is None else 0)
-            d1.append(a)
-            d2.append(b)
-            reasons.append(reason or "")
-        u64 = pa.uint64()
-        t = batch.drop_columns(["reason"]).append_column("reason", pa.array(reasons, pa.string()))
-        for name, vals, typ in (("sig", sig, u64), ("n", n, pa.int32()), ("d1", d1, u64),
-                                ("d2", d2, u64)):  # fmt: skip
-            t = t.append_column(name, pa.array(vals, typ))
-        marks = pa.array(["DedupFilter" if r else "" for r in reasons], pa.string())
-        return t.set_column(t.schema.get_field_index("step"), "step", marks)
-
-
-class _NearSketch:
-    def __init__(self, kwargs: Mapping[str, Any]) -> None:
-        from twinkle.preprocessor.dedup_filter import NearDedupFilter
-
-        self.f = NearDedupFilter(**kwargs)
-
-    def __call__(self, batch: Any) -> Any:
-        import pyarrow as pa
-
-        pos = batch.column("pos").to_pylist()
-        rows = [_loads(r) for r in batch.column("row").to_pylist()]
-        keys, sigs, has, bad = self.f.sketch(rows)
-        bad_at = dict(bad)
-        at = {int(i): k for k, i in enumerate(keys[:, 2].tolist())}
-        n = len(rows)
-        col = {"n": [0] * n, "chars": [0] * n, "has": [False] * n, "sig": [b""] * n}
-        reasons = [""] * n
-        for i in range(n):
-            if i in bad_at:
-                reasons[i] = bad_at[i]
-                continue
-            k = at[i]
-            col["n"][i], col["chars"][i] = int(keys[k, 0]), int(keys[k, 1])
-            col["has"][i], col["sig"][i] = bool(has[k]), sigs[k].tobytes()
-        t = _table(pos, batch.column("row").to_pylist(),
-                   ["NearDedupFilter" if r else "" for r in reasons], reasons)  # fmt: skip
-        for name, typ in (("n", pa.int64()), ("chars", pa.int64()), ("has", pa.bool_()),
-                          ("sig", pa.binary())):  # fmt: skip
-            t = t.append_column(name, pa.array(col[name], typ))
-        return t
-
-
-class _Bands:
-    def __init__(self, b: int, r: int) -> None:
-        self.b, self.r = b, r
-
-    def __call__(self, batch: Any) -> Any:
-        import pyarrow as pa
-        import xxhash
-
-        keys, poss = [], []
-        for p, s in zip(batch.column("pos").to_pylist(), batch.column("sig").to_pylist()):
-            for i in range(self.b):
-                band = s[i * self.r * 4 : (i + 1) * self.r * 4]
-                keys.append(xxhash.xxh3_64_intdigest(i.to_bytes(2, "little") + band))
-                poss.append(p)
-        return pa.table({"band": pa.array(keys, pa.uint64()), "pos": pa.array(poss, pa.int64())})
-
-
-def _star(group: Any) -> Any:
-    import pyarrow as pa
-
-    pos = sorted(set(group.column("pos").to_pylist()))
-    a = pos[:1] * (len(pos) - 1)
-    return pa.table({"a": pa.array(a, pa.int64()), "b": pa.array(pos[1:], pa.int64())})
-
-
-class _Component:
-    def __init__(self, keys: np.ndarray, comps: np.ndarray) -> None:
-        self.keys, self.comps = keys, comps
-
-    def __call__(self, batch: Any) -> Any:
-        import pyarrow as pa
-
-        pos = batch.column("pos").to_numpy()
-        comp = np.full(len(pos), -1, dtype=np.int64)
-        if len(self.keys):
-            i = np.minimum(np.searchsorted(self.keys, pos), len(self.keys) - 1)
-            hit = self.keys[i] == pos
-            comp[hit] = self.comps[i[hit]]
-        return batch.append_column("comp", pa.array(comp, pa.int64()))
-
-
-def _union_find(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Connected components of the pairs: sorted node ids and each one's component id."""
-    nodes = np.unique(np.concatenate([a, b]))
-    parent = np.arange(len(nodes))
-    ia, ib = np.searchsorted(nodes, a), np.searchsorted(nodes, b)
-
-    def find(x: int) -> int:
-        root = x
-        while parent[root] != root:
-            root = parent[root]
-        while parent[x] != root:
-            parent[x], x = root, parent[x]
-        return root
-
-    for x, y in zip(ia.tolist(), ib.tolist()):
-        rx, ry = find(x), find(y)
-        if rx != ry:
-            parent[max(rx, ry)] = min(rx, ry)
-    comps = np.array([find(i) for i in range(len(nodes))], dtype=np.int64)
-    return nodes, comps
-
-
-def _read(batch: Any, input_format: str | None) -> Any:
-    return _Read(input_format)(batch)
-
-
-def _write_part(batch: Any, folder: str, log: bool) -> Any:
-    """Write one batch, sorted by position, as ``part-<first position>.jsonl``; returns its
-    rows counted by (step, reason) and its position range (``lo``, ``hi``)."""
+def events_stats(
+    names: Sequence[str], seconds: Sequence[float], n_in: int, ev: Mapping[str, np.ndarray],
+    labels: Sequence[str], keep: np.ndarray | None = None,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Per-step stats (``StepStats.as_dict`` form) over the rows whose events ``keep`` marks;
+    ``n_in`` is how many of those rows entered the first step."""
     from collections import Counter
 
+    sel_all = np.ones(len(ev["pos"]), dtype=bool) if keep is None else keep
+    decoded = [json.loads(x) for x in labels]
+    rows, out = n_in, []
+    for k, name in enumerate(names):
+        at = (ev["step"] == k) & sel_all
+        drops = Counter(decoded[v] for v in ev["val"][at & (ev["kind"] == 0)].tolist())
+        tags = Counter(decoded[v] for v in ev["val"][at & (ev["kind"] == 1)].tolist())
+        n = sum(drops.values())
+        out.append({"step": name, "rows_in": rows, "rows_out": rows - n, "dropped": dict(drops),
+                    "seconds": seconds[k], "tags": dict(tags)})  # fmt: skip
+        rows -= n
+    return out
+
+
+def _exact_keys(items: Items, kwargs: Mapping[str, Any]) -> tuple[Any, list]:
     import pyarrow as pa
 
-    batch = batch.sort_by("pos")
-    pos = batch.column("pos").to_pylist()
-    rows = batch.column("row").to_pylist()
-    steps, reasons = batch.column("step").to_pylist(), batch.column("reason").to_pylist()
-    if log:
-        lines = [
-            b'{"step":' + _dumps(s) + b',"reason":' + _dumps(r) + b',"row":' + row.encode() + b"}"
-            for s, r, row in zip(steps, reasons, rows)
-        ]
-    else:
-        lines = [row.encode() for row in rows]
-    if pos:
-        path = Path(folder) / f"part-{pos[0]:020d}.jsonl"
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(b"\n".join(lines) + b"\n")
-        os.replace(tmp, path)
-    counts = Counter(zip(steps, reasons))
-    lo, hi = (pos[0], pos[-1]) if pos else (-1, -1)
-    return pa.table(
-        {
-            "step": pa.array([k[0] for k in counts], pa.string()),
-            "reason": pa.array([k[1] for k in counts], pa.string()),
-            "n": pa.array(list(counts.values()), pa.int64()),
-            "lo": pa.array([lo] * len(counts), pa.int64()),
-            "hi": pa.array([hi] * len(counts), pa.int64()),
-        }
-    )
+    from twinkle.preprocessor.base import malformed_reason
+    from twinkle.preprocessor.dedup_filter import DedupFilter
+    from twinkle.preprocessor.stream_global import _digest
+
+    signature = DedupFilter(**kwargs).signature
+    pos, sig, n, d1, d2, bad = [], [], [], [], [], []
+    for p, row in items:
+        reason = malformed_reason(row)
+        if reason is None:
+            try:
+                s = signature(row["messages"])
+            except Exception as exc:  # noqa: BLE001  (a bad row is a drop, never a crash)
+                reason = f"malformed_row:{type(exc).__name__}"
+        if reason is not None:
+            bad.append([p, reason])
+            continue
+        a, b = _digest(row["messages"])
+        pos.append(p)
+        sig.append(s)
+        n.append(len(row["messages"]))
+        d1.append(a)
+        d2.append(b)
+    u64 = pa.uint64()
+    table = pa.table({"pos": pa.array(pos, pa.int64()), "sig": pa.array(sig, u64),
+                      "n": pa.array(n, pa.int32()), "d1": pa.array(d1, u64),
+                      "d2": pa.array(d2, u64)})  # fmt: skip
+    return table, bad
 
 
-def _resolve_keys(group: Any) -> Any:
-    """One signature group's verdict from its keys: ``kind`` 0 for a copy to drop, 1 for a
-    member of a group that is not plain copies (resolved on the rows, by the driver)."""
-    import pyarrow as pa
-
-    pos = group.column("pos").to_numpy()
-    empty = pa.table({"pos": pa.array([], pa.int64()), "sig": pa.array([], pa.uint64()),
-                      "kind": pa.array([], pa.int8())})  # fmt: skip
-    if len(pos) < 2:
-        return empty
-    n = group.column("n").to_numpy().astype(np.int64)
-    order = np.lexsort((pos, -n))  # most messages first, then input order
-    d = np.stack([group.column("d1").to_numpy(), group.column("d2").to_numpy()], axis=1)
-    if (d == d[0]).all():  # exact copies: the first wins, as in the in-memory fast path
-        out, kind = pos[order[1:]], 0
-    else:
-        out, kind = pos[order], 1
-    sig = group.column("sig").to_numpy()[: len(out)]
-    return pa.table({"pos": pa.array(out, pa.int64()), "sig": pa.array(sig, pa.uint64()),
-                     "kind": pa.array(np.full(len(out), kind), pa.int8())})  # fmt: skip
-
-
-def _near_losers(group: Any, kwargs: Mapping[str, Any]) -> Any:
-    """One component's rows dropped as near duplicates, by ``NearDedupFilter.select``."""
+def _near_keys(items: Items, kwargs: Mapping[str, Any]) -> tuple[Any, list]:
+    """MinHash keys of the rows that have shingles (rows without them are always kept)."""
     import pyarrow as pa
 
     from twinkle.preprocessor.dedup_filter import NearDedupFilter
 
-    pos = group.column("pos").to_numpy().astype(np.int64)
-    keys = np.stack(
-        [group.column("n").to_numpy(), group.column("chars").to_numpy(), pos], axis=1
-    ).astype(np.int64)
-    sigs = np.stack([np.frombuffer(s, dtype=np.uint32) for s in group.column("sig").to_pylist()])
-    keep = NearDedupFilter(**kwargs).select(keys, sigs, np.ones(len(pos), dtype=bool))
-    return pa.table({"pos": pa.array(np.setdiff1d(pos, keep), pa.int64())})
+    rows = [row for _, row in items]
+    keys, sigs, has, bad = NearDedupFilter(**kwargs).sketch(rows)
+    pos = np.array([p for p, _ in items], dtype=np.int64)
+    sel = np.flatnonzero(has)
+    at = keys[sel, 2]
+    sig = pa.array([sigs[k].tobytes() for k in sel.tolist()], pa.binary())
+    table = pa.table({"pos": pa.array(pos[at], pa.int64()), "n": pa.array(keys[sel, 0], pa.int64()),
+                      "chars": pa.array(keys[sel, 1], pa.int64()), "sig": sig})  # fmt: skip
+    return table, [[int(pos[i]), r] for i, r in bad]
 
 
-def _mark(batch: Any, ref: Any) -> Any:
-    """Rows whose position is in the broadcast ``(positions, step, reason)`` marked dropped."""
+def _write_json(path: Path, value: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value))
+    os.replace(tmp, path)
+
+
+def _write_bytes(path: Path, lines: Iterable[bytes]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        for line in lines:
+            f.write(line + b"\n")
+    os.replace(tmp, path)
+
+
+def _write_keys(path: Path, table: Any, buckets: int, column: str | None) -> None:
+    """``table`` as an Arrow IPC file of ``buckets`` record batches, row ``r`` in batch
+    ``column[r] % buckets``: reducer ``b`` memory-maps batch ``b`` of every chunk's file
+    (a hash shuffle through the shared folder, as datatrove's dedup stages do)."""
     import pyarrow as pa
-    import ray
+    import pyarrow.compute as pc
 
-    positions, step, reason = ray.get(ref) if isinstance(ref, ray.ObjectRef) else ref
-    pos = batch.column("pos").to_numpy()
-    i = np.minimum(np.searchsorted(positions, pos), max(len(positions) - 1, 0))
-    hit = (positions[i] == pos) if len(positions) else np.zeros(len(pos), dtype=bool)
-    t = batch.select(["pos", "row", "step", "reason"])
-    steps = np.where(hit, step, t.column("step").to_numpy(zero_copy_only=False))
-    reasons = np.where(hit, reason, t.column("reason").to_numpy(zero_copy_only=False))
-    t = t.set_column(2, "step", pa.array(steps.tolist(), pa.string()))
-    return t.set_column(3, "reason", pa.array(reasons.tolist(), pa.string()))
+    tmp = path.with_name(path.name + ".tmp")
+    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+        if column is None or buckets == 1:
+            w.write_table(table.combine_chunks() if table.num_rows else table)
+        else:
+            part = np.asarray(table.column(column).to_numpy() % np.uint64(buckets), dtype=np.int64)
+            for b in range(buckets):
+                w.write_batch(
+                    pa.RecordBatch.from_arrays(
+                        [
+                            pc.filter(col, pa.array(part == b)).combine_chunks()
+                            for col in table.columns
+                        ],
+                        schema=table.schema,
+                    )  # fmt: skip
+                )
+    os.replace(tmp, path)
 
 
-def _pick(batch: Any, ref: Any) -> Any:
-    """Only the rows at the broadcast positions (the rare groups compared in full)."""
-    import ray
-
-    positions = ray.get(ref) if isinstance(ref, ray.ObjectRef) else ref
-    pos = batch.column("pos").to_numpy()
+def run_pass(ctx: Mapping[str, Any], c: Mapping[str, Any], s: int) -> Any:
+    """Pass ``s`` over chunk ``c``: segment ``s``'s per-row steps, the keys of its global step
+    (``seg<s>/keys-<i>.arrow``) and, in the last pass, the last segment's per-row steps on
+    the rows reaching that global step (``fin/``): they are per-row, so running them before
+    the global verdict and dropping its losers afterwards keeps exactly the same rows, and
+    saves reading every row once more. The marker ``chunk-<i>.done`` is written last."""
     import pyarrow as pa
 
-    return batch.select(["pos", "row"]).filter(pa.array(np.isin(pos, positions)))
+    work = Path(ctx["work"])
+    i = c["i"]
+    d = work / f"seg{s}"
+    marker = d / f"chunk-{i:05d}.done"
+    status = {"i": pa.array([i], pa.int64()), "s": pa.array([s], pa.int64())}
+    if marker.is_file():
+        return pa.table({**status, "reused": pa.array([True])})
+    started, cpu = time.time(), time.process_time()
+    segs = ctx["segments"]
+    globals_ = len(segs) - 1
+    last = s == max(globals_, 1) - 1
+    seg = segs[s]
+    log = d / f"dropped-{i:05d}.jsonl"
+    tmp_log = log.with_name(log.name + ".tmp")
+    tmp_log.unlink(missing_ok=True)
+    items = segment_input(ctx, c, s, str(tmp_log))
+    n_read = len(items)
+    items, ev = run_steps(seg, items, ctx["batch_size"])
+    meta: dict[str, Any] = {"read": n_read, "reach": len(items), "bad": [], "seconds": 0.0}
+    if globals_:
+        evs = ev.arrays()
+        meta["stats"] = events_stats(ev.names, ev.seconds, n_read, evs, ev.labels)
+        if ev.log:
+            with open(tmp_log, "a", encoding="utf-8") as f:
+                f.write("\n".join(ev.log) + "\n")
+        if seg["names"]:  # the rows this global step sees, for the next pass
+            _write_bytes(d / f"rows-{i:05d}.jsonl", (_dumps(r) for _, r in items))
+            np.save(d / f"pos-{i:05d}.npy", np.array([p for p, _ in items], dtype=np.int64))
+        t0 = time.process_time()
+        exact = seg["global"] == "dedup"
+        table, bad = (_exact_keys if exact else _near_keys)(items, json.loads(seg["gparams"]))
+        meta["seconds"], meta["bad"] = time.process_time() - t0, bad
+        _write_keys(d / f"keys-{i:05d}.arrow", table, ctx["buckets"] if exact else 1,
+                    "sig" if exact else None)  # fmt: skip
+        if last:
+            bad_pos = {p for p, _ in bad}
+            items, ev = run_steps(
+                segs[-1], [it for it in items if it[0] not in bad_pos], ctx["batch_size"]
+            )
+    else:
+        meta["stats"] = []
+    if last:  # the rows and events the verdict will sort out (finish_chunk, on the driver)
+        f = work / "fin"
+        _write_bytes(f / f"rows-{i:05d}.jsonl", (_dumps(r) for _, r in items))
+        np.save(f / f"pos-{i:05d}.npy", np.array([p for p, _ in items], dtype=np.int64))
+        _write_bytes(f / f"drops-{i:05d}.jsonl", (line.encode() for line in ev.log))
+        np.savez(f / f"ev-{i:05d}.npz", **ev.arrays())
+        meta["fin"] = {"names": ev.names, "seconds": ev.seconds, "labels": ev.labels}
+    if tmp_log.exists():
+        os.replace(tmp_log, log)
+    _write_json(marker, {**meta, "start": started, "end": time.time(), "pid": os.getpid(),
+                         "cpu": time.process_time() - cpu})  # fmt: skip
+    return pa.table({**status, "reused": pa.array([False])})
 
 
-def _exact_keys(batch: Any, kwargs: Mapping[str, Any]) -> Any:
-    return _ExactKeys(kwargs)(batch)
+def _task(batch: Any, ctx: Mapping[str, Any], s: int) -> Any:
+    """``map_batches`` entry: one chunk index per batch."""
+    import pyarrow as pa
+
+    tables = [run_pass(ctx, ctx["chunks"][i], s) for i in batch.column("i").to_pylist()]
+    return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
 
-def _near_sketch(batch: Any, kwargs: Mapping[str, Any]) -> Any:
-    return _NearSketch(kwargs)(batch)
+class _Actor:
+    """``_task`` in an actor pool, for passes with heavy steps (models load once)."""
+
+    def __call__(self, batch: Any, ctx: Mapping[str, Any], s: int) -> Any:
+        return _task(batch, ctx, s)
 
 
-def _component(batch: Any, ref: Any) -> Any:
-    import ray
+def fetch_rows(ctx: Mapping[str, Any], c: Mapping[str, Any], s: int, wanted: np.ndarray) -> dict:
+    """The rows of chunk ``c`` at the sorted positions ``wanted`` as they reach global step
+    ``s``: from segment ``s``'s spool, or read at their byte offsets (JSONL), so only those
+    rows are parsed."""
+    from twinkle.io import read_rows
+    from twinkle.io_formats import convert_rows
 
-    nodes, comps = ray.get(ref) if isinstance(ref, ray.ObjectRef) else ref
-    return _Component(nodes, comps)(batch)
+    segs = ctx["segments"]
+    spooled = [t for t in range(s + 1) if segs[t]["names"]]
+    want = set(wanted.tolist())
+    if spooled:
+        d = Path(ctx["work"]) / f"seg{spooled[-1]}"
+        pos = np.load(d / f"pos-{c['i']:05d}.npy")
+        idx = set(np.flatnonzero(np.isin(pos, wanted)).tolist())
+        with open(d / f"rows-{c['i']:05d}.jsonl", "rb") as f:
+            return {int(pos[k]): _loads(line) for k, line in enumerate(f) if k in idx}
+    if c["start"] < 0:
+        base = c["file"] << _FILE_SHIFT
+        rows = read_rows(c["path"], ctx["format"])
+        return {base | k: row for k, row in enumerate(rows) if base | k in want}
+    out = {}
+    mask = (1 << _FILE_SHIFT) - 1
+    with open(c["path"], "rb") as f:
+        for p in sorted(want):
+            f.seek(p & mask)
+            out[p] = next(iter(convert_rows([_loads(f.readline())], ctx["format"])))
+    return out
 
 
-def _per_row(batch: Any, names: list[str], params: Mapping[str, Any]) -> Any:
-    return _PerRow(names, params)(batch)
+def read_markers(markers: Sequence[Path]) -> list[dict[str, Any]]:
+    """The completion markers' contents, in order."""
+    return [json.loads(m.read_text()) for m in markers]
