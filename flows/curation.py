@@ -101,6 +101,8 @@ def curate_data(
         "rows_out": summary.rows_out,
         "dropped": count_lines(dropped_path),
         "steps": summary.stats.as_dict()["steps"],
+        "shards": summary.shards,
+        "shards_reused": summary.shards_reused,
     }
 
 
@@ -167,6 +169,11 @@ def run_curation(
         "rows_out": written["rows_out"],
         "dropped": written["dropped"],
         "steps": written["steps"],
+        # A run in a new folder is not served from the task cache, but from the finished
+        # shards of the work folder: a reuse the CLI lists too.
+        "shards_reused": f"{written.get('shards_reused', 0)}/{written.get('shards', 0)}"
+        if written.get("shards_reused")
+        else None,
         "curated_path": curated_path,
         "dropped_path": dropped_path,
         "fingerprint": fp,
@@ -246,8 +253,10 @@ def curation_flow(
         result = run_curation(curation, run, dest)
         log_curation(ctx, result)
         publish_curation(result, ctx)
-        summary = {k: v for k, v in result.items() if k not in ("steps", "settings")}
-        summary.update(mlflow_run_id=ctx.run_id, run_dir=str(dest), reused=reused_stages())
+        summary = {
+            k: v for k, v in result.items() if k not in ("steps", "settings", "shards_reused")
+        }
+        summary.update(mlflow_run_id=ctx.run_id, run_dir=str(dest), reused=reused_stages(result))
         finish_tracking(ctx, summary)
         point_latest(out, dest)
     return summary

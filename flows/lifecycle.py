@@ -7,7 +7,8 @@ the MLflow run's end state, and the links and log lines that tie Prefect and MLf
   MLflow run exists, so a dead endpoint leaves a FAILED run that says why.
 * ``run_guard``: the MLflow run (and its stage runs) ends FAILED when the flow body raises,
   KILLED when it is interrupted; on entry it closes runs of the same run key left RUNNING
-  by an earlier attempt that died.
+  by an earlier attempt that died, and runs of any key whose process on this host is gone
+  (``kill -9``, a lost machine's power): each run carries its owner as ``twinkle.owner``.
 * ``run_folder``: ``<output>/<run name>/`` for the run's outputs, and ``<output>/latest``
   pointing at the newest finished one; stage caches stay shared in ``<output>/.work``.
 * ``mlflow_run_url``, ``stage_log``, ``reused_stages``: the MLflow run's UI address for the
@@ -25,8 +26,10 @@ import contextlib
 import logging
 import os
 import re
+import socket
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from twinkle.preflight import PreflightError, check_inputs, check_tracking_uri, check_url, probe
@@ -117,14 +120,84 @@ def close_runs(ctx: Any, status: str, *, keep: str | None = None) -> int:
     return found
 
 
+def owner_token(pid: int | None = None) -> str:
+    """``host:pid:start`` of a process (``start``: its start time in clock ticks from
+    ``/proc``, so a recycled pid does not pass for the owner; empty where there is no
+    ``/proc``).
+
+    Example:
+        >>> owner_token().count(':') >= 2
+        True
+    """
+    pid = pid or os.getpid()
+    return f"{socket.gethostname()}:{pid}:{_start_ticks(pid)}"
+
+
+def _start_ticks(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            # The command name (field 2) may hold spaces and ")", so split after its last ")".
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return ""
+
+
+def owner_gone(token: str) -> bool:
+    """Whether the process named by ``owner_token`` is known to have ended: only a process
+    on this host can be checked, so one elsewhere is never called gone.
+
+    Example:
+        >>> owner_gone(owner_token())
+        False
+    """
+    host, _, rest = token.partition(":")
+    pid, _, start = rest.partition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # alive, another user's
+    return bool(start) and _start_ticks(int(pid)) != start
+
+
+def close_orphans(ctx: Any) -> int:
+    """End, KILLED, the RUNNING runs in ``ctx``'s experiment (and their stage runs) whose
+    owner process on this host has ended without closing them; returns how many."""
+    tracker = ctx.tracker
+    client = tracker.client
+    host = socket.gethostname().replace("'", "\\'")
+    runs = client.search_runs(
+        [tracker.experiment_id],
+        filter_string=f"tags.`twinkle.owner` LIKE '{host}:%' and attributes.status = 'RUNNING'",
+        max_results=1000,
+    )
+    found = 0
+    for r in runs:
+        token = r.data.tags.get("twinkle.owner", "")
+        if r.info.run_id == ctx.run_id or not owner_gone(token):
+            continue
+        client.set_tag(r.info.run_id, "twinkle.error", f"its process ({token}) ended mid-run")
+        client.set_terminated(r.info.run_id, status="KILLED")
+        found += 1
+        key = r.data.tags.get("twinkle.run_key")
+        if key:
+            found += close_runs(SimpleNamespace(tracker=tracker, run_key=key), "KILLED")
+    return found
+
+
 @contextlib.contextmanager
 def run_guard(ctx: Any) -> Iterator[None]:
     """The MLflow run of ``ctx`` (and its stage runs) ends FAILED if the block raises, KILLED
-    if it is interrupted; stale stage runs of an earlier attempt are closed on entry."""
+    if it is interrupted; stale runs of an earlier attempt, and runs whose process died, are
+    closed on entry."""
     url = mlflow_run_url(ctx.tracker.tracking_uri, ctx.tracker.experiment_id, ctx.run_id)
     stage_log(f"MLflow run {ctx.run_id}: {url}")
     try:
-        stale = close_runs(ctx, "KILLED", keep=ctx.run_id)
+        ctx.tracker.set_tags(ctx.run_id, {"twinkle.owner": owner_token()})
+        stale = close_runs(ctx, "KILLED", keep=ctx.run_id) + close_orphans(ctx)
         if stale:
             stage_log(f"closed {stale} MLflow run(s) an earlier attempt left RUNNING")
     except Exception as exc:  # noqa: BLE001 - closing stale runs is housekeeping, not the run
@@ -201,8 +274,17 @@ def stage_log(message: str, *, warning: bool = False) -> None:
     (logger.warning if warning else logger.info)(message)
 
 
-def reused_stages() -> list[str]:
-    """Names of this flow run's task runs served from the cache (state ``Cached``)."""
+def reused_stages(curated: dict[str, Any] | None = None) -> list[str]:
+    """Names of this flow run's task runs served from the cache (state ``Cached``), and the
+    curation's finished shards when ``curated`` (``run_curation``'s summary) says it resumed
+    from them (a run with its own folder is never served the curation from the cache)."""
+    names = _cached_task_runs()
+    if curated and curated.get("shards_reused") and "curate-stream" not in names:
+        names.append(f"curate-stream shards {curated['shards_reused']}")
+    return names
+
+
+def _cached_task_runs() -> list[str]:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
     from prefect.runtime import flow_run

@@ -3,7 +3,10 @@
 One model per flow; every field has bounds and a description, and defaults point at the
 bundled ``examples/`` data, so a deployment triggered from the UI with no edits runs the
 examples. Secrets are never parameters: an API key is named by the environment variable
-that holds it (``api_key_env``), so it stays out of Prefect's database and MLflow.
+that holds it (``api_key_env``), so it stays out of Prefect's database and MLflow; a URL
+field refuses credentials written into it (``user:password@``), both here and in the JSON
+schema Prefect enforces when it creates a deployment run, so the server turns such a run
+down before it stores its parameters.
 
 Example:
     >>> RolloutParams().max_turns, TrackingParams().trace_sample_rate
@@ -14,15 +17,22 @@ Example:
     ... except ValidationError as exc:
     ...     print(exc.errors()[0]['loc'])
     ('max_turns',)
+    >>> try:
+    ...     PolicyParams(base_url='http://me:hunter22@127.0.0.1:8000/v1')
+    ... except ValidationError as exc:
+    ...     print('hunter22' in str(exc.errors()[0]['msg']), exc.errors()[0]['loc'])
+    False ('base_url',)
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 
+from twinkle.preflight import CREDENTIALS_IN_URL, check_credentials, has_embedded_credentials
 from twinkle.preprocessor.chain import DEFAULT_CHAIN, FILTERS
 
 #: The repository root: bundled examples are found relative to it, whatever the cwd.
@@ -38,8 +48,75 @@ def _examples(*names: str) -> list[str]:
     return [str(EXAMPLES / n) for n in names]
 
 
+def _url_without_credentials(what: str, fix: str) -> Any:
+    """A ``str`` type that refuses a URL with credentials in it, saying ``fix``; its JSON
+    schema carries the same rule as a ``pattern``, which the Prefect server enforces."""
+
+    def check(value: str) -> str:
+        problem = check_credentials(value, what, fix)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    schema = {"type": "string", "pattern": f"^(?!{CREDENTIALS_IN_URL[1:]})"}
+    return Annotated[str, AfterValidator(check), WithJsonSchema(schema)]
+
+
+_PolicyURL = _url_without_credentials(
+    "base_url",
+    "put the key in an environment variable of the worker, named in policy.api_key_env",
+)
+_SandboxURL = _url_without_credentials(
+    "api_url",
+    "put the key in the environment variable named in sandbox.api_key_env",
+)
+_OpenEnvURL = _url_without_credentials(
+    "openenv_base_url", "reach the OpenEnv server on an address without them"
+)
+_TrackingURI = _url_without_credentials(
+    "tracking_uri",
+    "give them to the worker as MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD "
+    "(a database URI: the driver's own variables, such as PGUSER and PGPASSWORD)",
+)
+_ArtifactRoot = _url_without_credentials(
+    "artifact_location", "give the store's credentials to the worker as environment variables"
+)
+_RayAddress = _url_without_credentials(
+    "ray_address", "reach the Ray cluster on an address without them"
+)
+
+#: Said in the description of every URL field.
+_NO_CREDENTIALS = " No credentials in it (user:password@): they would be stored with the run."
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _strings(v)
+
+
 class _Params(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="after")
+    def _no_credentials_in_any_string(self) -> _Params:
+        # The URL fields say what to do instead; this catches URLs inside other values.
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, BaseModel):
+                continue
+            if any(has_embedded_credentials(text) for text in _strings(value)):
+                raise ValueError(
+                    f"{name} holds a URL with credentials in it (user:password@), which "
+                    "Prefect and MLflow would store with the run: remove them and give the "
+                    "key through an environment variable"
+                )
+        return self
 
 
 class CurationParams(_Params):
@@ -90,10 +167,10 @@ class CurationParams(_Params):
 class PolicyParams(_Params):
     """The policy model: an OpenAI-compatible endpoint, or replay of the recorded turns."""
 
-    base_url: str | None = Field(
+    base_url: _PolicyURL | None = Field(
         None,
         description="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1. "
-        "Empty: replay the recorded assistant turns.",
+        "Empty: replay the recorded assistant turns." + _NO_CREDENTIALS,
     )
     model: str | None = Field(None, description="Model name served at base_url.")
     api_key_env: str | None = Field(
@@ -117,10 +194,10 @@ class PolicyParams(_Params):
 class SandboxParams(_Params):
     """Sandboxes: one AgentEnv per trajectory against an E2B-compatible server."""
 
-    api_url: str | None = Field(
+    api_url: _SandboxURL | None = Field(
         None,
         description="E2B-compatible API URL (local sandbox server, AgentENV, E2B). "
-        "Empty: start the local sandbox server for the run.",
+        "Empty: start the local sandbox server for the run." + _NO_CREDENTIALS,
     )
     api_key_env: str = Field(
         "E2B_API_KEY", description="Environment variable holding the sandbox API key."
@@ -172,11 +249,11 @@ class RolloutParams(_Params):
         "an OpenEnv server builds its own environments, so episodes given arguments "
         "there fail with the reason.",
     )
-    openenv_base_url: str | None = Field(
+    openenv_base_url: _OpenEnvURL | None = Field(
         None,
         description="OpenEnv server (http://host:port), one WebSocket "
         "session per episode. Empty: run the environments "
-        "in-process.",
+        "in-process." + _NO_CREDENTIALS,
     )
     dataset: str = Field(
         "examples",
@@ -224,14 +301,17 @@ class RolloutParams(_Params):
 class TrackingParams(_Params):
     """MLflow: where runs and traces go, and how much of each trajectory is traced."""
 
-    tracking_uri: str | None = Field(
-        None, description="MLflow tracking URI. Empty: mlflow.db (SQLite) in the current directory."
+    tracking_uri: _TrackingURI | None = Field(
+        None,
+        description="MLflow tracking URI. Empty: mlflow.db (SQLite) in the current directory. "
+        "No credentials in it: the worker's MLFLOW_TRACKING_USERNAME and "
+        "MLFLOW_TRACKING_PASSWORD hold them.",
     )
     experiment: str = Field("twinkle", description="MLflow experiment name.")
-    artifact_location: str | None = Field(
+    artifact_location: _ArtifactRoot | None = Field(
         None,
         description="Absolute artifact root for a new experiment. Empty: mlruns/ in the current "
-        "directory.",
+        "directory." + _NO_CREDENTIALS,
     )
     trace_sample_rate: float = Field(
         1.0, ge=0.0, le=1.0, description="Share of trajectories traced."
@@ -258,8 +338,9 @@ class RunParams(_Params):
     output_dir: str = Field(
         "twinkle-out", description="Directory for curated data, trajectories, cached results."
     )
-    ray_address: str | None = Field(
-        None, description="Ray cluster address: run tasks with RayTaskRunner."
+    ray_address: _RayAddress | None = Field(
+        None,
+        description="Ray cluster address: run tasks with RayTaskRunner." + _NO_CREDENTIALS,
     )
     workers: int = Field(
         4, ge=1, le=256, description="Tasks run at once by the thread-pool task runner."

@@ -134,7 +134,7 @@ def _pipeline(
             "experiment_id": ctx.tracker.experiment_id,
             "run_key": ctx.run_key,
             "run_dir": str(dest),
-            "reused": reused_stages(),
+            "reused": reused_stages(curated),
         }
         close_run(ctx, rolled, tracked, rollout, summary)
         point_latest(out, dest)

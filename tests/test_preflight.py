@@ -7,10 +7,12 @@ import pytest
 from tests.net import free_port
 from twinkle.preflight import (
     PreflightError,
+    check_credentials,
     check_inputs,
     check_tracking_uri,
     check_url,
     probe,
+    split_credentials,
 )
 
 
@@ -49,3 +51,18 @@ def test_preflight_error_joins_its_lines():
     assert str(err) == "a; b" and err.problems == ["a", "b"] and isinstance(err, ValueError)
     with pytest.raises(PreflightError):
         raise err
+
+
+def test_credentials_in_a_url_are_found_split_off_and_masked():
+    assert split_credentials("https://me:p%40ss@host:8000/v1?x=1") == (
+        "https://host:8000/v1?x=1",
+        "me",
+        "p@ss",
+    )
+    assert split_credentials("http://tok3n@host/v1") == ("http://host/v1", "tok3n", None)
+    for clean in ("http://host/v1?to=a@b", "sqlite:////tmp/a@b/mlflow.db", "host:6379"):
+        assert split_credentials(clean) == (clean, None, None)
+        assert check_credentials(clean, "x", "fix") is None
+    problem = check_credentials("http://tok3n@host/v1", "--base-url", "use --api-key-env")
+    assert problem.startswith("--base-url 'http://***@host/v1' carries credentials")
+    assert problem.endswith("use --api-key-env") and "tok3n" not in problem

@@ -2,20 +2,23 @@
 
 A pipeline run that would fail on a missing input or a dead endpoint should fail in seconds,
 before curation or a single model call, and say what to fix. The static checks (files,
-URL syntax, the tracking store's directory) need no network; ``probe`` asks an HTTP
-endpoint once, with a short timeout. Standard library plus ``httpx`` (a dependency), so the
-CLI can run the static checks before it imports Prefect.
+URL syntax, credentials written into a URL, the tracking store's directory) need no
+network; ``probe`` asks an HTTP endpoint once, with a short timeout. Standard library plus
+``httpx`` (a dependency), so the CLI can run the static checks before it imports Prefect.
 
 Example:
     >>> check_inputs(['/nonexistent/rows.jsonl'])
     ['input /nonexistent/rows.jsonl does not exist: give an existing JSONL or Parquet file']
     >>> check_url('localhost:8000', 'policy base URL')
     "policy base URL 'localhost:8000' is not an http(s) URL: write it as http://host:port/..."
+    >>> split_credentials('http://me:hunter22@host:8000/v1')
+    ('http://host:8000/v1', 'me', 'hunter22')
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -23,7 +26,37 @@ from urllib.parse import urlsplit
 from twinkle.errors import TwinkleError
 from twinkle.rollout.base import endpoint_label
 
-__all__ = ["PreflightError", "check_inputs", "check_tracking_uri", "check_url", "probe"]
+__all__ = [
+    "CREDENTIALS_IN_URL",
+    "PreflightError",
+    "check_credentials",
+    "check_inputs",
+    "check_tracking_uri",
+    "check_url",
+    "has_embedded_credentials",
+    "probe",
+    "split_credentials",
+]
+
+#: ``scheme://<user info>@``: a URL that carries a user name, token or password. One pattern
+#: for the parameter models' check and their JSON schema (Python and ECMAScript read it
+#: alike), so the Prefect server refuses such a flow run before storing its parameters.
+CREDENTIALS_IN_URL = r"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*@"
+_CREDENTIALS_RE = re.compile(CREDENTIALS_IN_URL)
+# The same inside a longer text (a task's ``?sandbox_url=...``, a constructor argument).
+_EMBEDDED_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#\s\"'&]*@")
+
+
+def has_embedded_credentials(text: str) -> bool:
+    """Whether ``text`` holds a URL with credentials anywhere in it.
+
+    Example:
+        >>> has_embedded_credentials('code?sandbox_url=http://u:pw@h:1')
+        True
+        >>> has_embedded_credentials('write to a@b.org')
+        False
+    """
+    return bool(_EMBEDDED_RE.search(text))
 
 
 class PreflightError(TwinkleError, ValueError):
@@ -81,6 +114,42 @@ def check_url(url: str | None, what: str) -> str | None:
             "write it as http://host:port/..."
         )
     return None
+
+
+def split_credentials(url: str) -> tuple[str, str | None, str | None]:
+    """``url`` without its ``user:password@`` part, and the user name and password it held
+    (None each when absent; a URL without credentials comes back unchanged)."""
+    if not _CREDENTIALS_RE.match(url):
+        return url, None, None
+    scheme, rest = url.split("://", 1)
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    userinfo, host = rest[:end].rsplit("@", 1)
+    user, _, password = userinfo.partition(":")
+    from urllib.parse import unquote
+
+    return (
+        f"{scheme}://{host}{rest[end:]}",
+        unquote(user) or None,
+        unquote(password) if ":" in userinfo else None,
+    )
+
+
+def check_credentials(url: str | None, what: str, fix: str) -> str | None:
+    """A problem when ``url`` carries credentials (``user:password@``, ``token@``), which
+    Prefect would store with the flow run's parameters and MLflow with the run's; ``fix``
+    says where the secret goes instead. The message masks them.
+
+    Example:
+        >>> check_credentials('http://u:pw@h/v1', '--base-url', 'use --api-key-env')[:45]
+        "--base-url 'http://***@h/v1' carries credenti"
+    """
+    if not url or not _CREDENTIALS_RE.match(url):
+        return None
+    masked = url.split("://", 1)[0] + "://***@" + split_credentials(url)[0].split("://", 1)[1]
+    return (
+        f"{what} {masked!r} carries credentials, which Prefect and MLflow would store with "
+        f"the run: remove them from the URL and {fix}"
+    )
 
 
 def check_tracking_uri(uri: str | None) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -50,3 +51,21 @@ def test_the_options_say_what_they_do():
     assert "Model calls per trajectory" in out and "Share of trajectories traced" in out
     flat = " ".join(out.split())
     assert "math, multiple_choice or code" in flat and "repeat the option" in flat  # --tasks
+    assert "--log-dropped-rows Upload the rows curation dropped" in flat
+    assert "after the PII rewrite" in flat
+
+
+def test_a_tracking_password_moves_to_mlflows_variables(monkeypatch):
+    from twinkle.cli.run import _environ, _tracking_credentials
+
+    monkeypatch.delenv("MLFLOW_TRACKING_USERNAME", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
+    uri, env, problem = _tracking_credentials("https://me:s3cret@mlflow.internal:5000")
+    assert (uri, problem) == ("https://mlflow.internal:5000", None)
+    assert env == {"MLFLOW_TRACKING_USERNAME": "me", "MLFLOW_TRACKING_PASSWORD": "s3cret"}
+    with _environ(env):
+        assert os.environ["MLFLOW_TRACKING_PASSWORD"] == "s3cret"
+    assert "MLFLOW_TRACKING_PASSWORD" not in os.environ
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "someone-else")
+    _, env, problem = _tracking_credentials("https://me:s3cret@mlflow.internal:5000")
+    assert env == {} and "MLFLOW_TRACKING_USERNAME" in problem and "s3cret" not in problem

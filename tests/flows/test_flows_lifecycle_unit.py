@@ -74,3 +74,49 @@ def test_mlflow_run_urls():
         == "http://mlflow:5000/#/experiments/3/runs/r"
     )
     assert mlflow_run_url("sqlite:////x/mlflow.db", "3", "r").endswith("/#/experiments/3/runs/r")
+
+
+def test_runs_whose_process_died_are_closed_and_live_ones_are_not(tmp_path):
+    """A ``kill -9`` leaves no chance to close the run: the next run on the host closes it,
+    with its stage runs, and leaves alone a run whose process is still alive."""
+    import subprocess
+    import sys
+
+    from flows.lifecycle import owner_token
+    from twinkle.tracking import MLflowTracker
+
+    tracker = MLflowTracker(f"sqlite:///{tmp_path}/m.db", "orphans", str(tmp_path / "art"))
+    client = tracker.client
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead_token = owner_token(dead.pid)
+    dead.wait()
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+
+        def run(key, owner):
+            r = client.create_run(tracker.experiment_id, tags={"twinkle.run_key": key})
+            client.set_tag(r.info.run_id, "twinkle.owner", owner)
+            stage = client.create_run(
+                tracker.experiment_id, tags={"twinkle.run_key": f"{key}#stage"}
+            )
+            return r.info.run_id, stage.info.run_id
+
+        orphan, orphan_stage = run("dead-key", dead_token)
+        live, live_stage = run("live-key", owner_token(alive.pid))
+        me = client.create_run(tracker.experiment_id, tags={"twinkle.run_key": "mine"})
+        ctx = SimpleNamespace(tracker=tracker, run_id=me.info.run_id, run_key="mine")
+        with run_guard(ctx):
+            pass
+        runs = (orphan, orphan_stage, live, live_stage)
+        status = {r: client.get_run(r).info.status for r in runs}
+        assert status == {
+            orphan: "KILLED",
+            orphan_stage: "KILLED",
+            live: "RUNNING",
+            live_stage: "RUNNING",
+        }
+        assert "ended mid-run" in client.get_run(orphan).data.tags["twinkle.error"]
+        assert client.get_run(me.info.run_id).data.tags["twinkle.owner"] == owner_token()
+    finally:
+        alive.kill()
+        alive.wait()

@@ -1,6 +1,8 @@
 """The pipeline flow tracking into a real MLflow tracking server (``infra/mlflow/start-server.sh``)
 over HTTP: the REST store path of runs, metrics, artifacts and traces, which the SQLite tests
-do not take (trace records then go one ``start_trace`` call each, spans through REST)."""
+do not take (trace records then go one ``start_trace`` call each, spans through REST); and
+``twinkle run`` given the server's URL with a user and password in it, which end up in
+neither the Prefect database nor the MLflow store."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.flows.tests_flows_helpers import flow_state
+from tests.flows.tests_flows_helpers import files_holding, flow_state, prefect_db_files
 from tests.net import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -21,9 +23,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
+def mlflow_server_data(tmp_path_factory):
+    """The folder of the MLflow server's store (its database and artifacts)."""
+    return tmp_path_factory.mktemp("mlflow-server")
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(mlflow_server_data):
     """``http://127.0.0.1:<port>`` of the lean MLflow server the infra script starts."""
-    data = tmp_path_factory.mktemp("mlflow-server")
+    data = mlflow_server_data
     port = free_port()
     env = {
         **os.environ,
@@ -105,3 +113,57 @@ def test_pipeline_tracks_into_an_mlflow_server_and_a_rerun_adds_nothing(
     assert again["traces_written"] == 0 and again["trajectories"] == 4
     assert len(client.search_traces(locations=[exp], max_results=100)) == 4
     assert len(client.search_runs([exp])) == 3
+
+
+def test_twinkle_run_moves_a_tracking_password_out_of_the_url(
+    prefect_api, mlflow_server, mlflow_server_data, tmp_path, conversations_file
+):
+    import uuid
+
+    import mlflow
+    from click.testing import CliRunner
+
+    from twinkle.cli import main
+
+    secret = f"Pw{uuid.uuid4().hex[:12]}"
+    host = mlflow_server.split("://", 1)[1]
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "--input",
+            conversations_file,
+            "--output",
+            str(out),
+            "--tracking-uri",
+            f"http://twinkle:{secret}@{host}",
+            "--experiment",
+            "with-credentials",
+            "--log-dropped-rows",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert secret not in result.output
+    # MLflow had them for the run only (its basic-auth variables), not after.
+    assert "MLFLOW_TRACKING_PASSWORD" not in os.environ
+
+    client = mlflow.MlflowClient(mlflow_server)
+    exp = client.get_experiment_by_name("with-credentials").experiment_id
+    runs = client.search_runs([exp])
+    stages = {r.data.tags.get("twinkle.stage"): r for r in runs}
+    assert set(stages) == {None, "curation", "rollout"}
+    assert stages[None].info.status == "FINISHED"
+    # --log-dropped-rows: the dropped log went up, after the PII rewrite.
+    dropped = stages["curation"].data.tags["dropped_rows"]
+    assert dropped.startswith("logged after the PII rewrite"), dropped
+    assert "data/examples.dropped.jsonl" in {
+        a.path for a in client.list_artifacts(stages["curation"].info.run_id, "data")
+    }
+    flow_run_id = stages[None].data.tags["prefect.flow_run_id"]
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as prefect:
+        stored = prefect.read_flow_run(flow_run_id).parameters
+    assert stored["tracking"]["tracking_uri"] == mlflow_server
+    assert files_holding(secret, *prefect_db_files(), mlflow_server_data, out) == []

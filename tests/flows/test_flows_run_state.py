@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tests.flows.tests_flows_helpers import flow_state, mlflow_client, task_states
+from tests.flows.tests_flows_helpers import (
+    flow_run_artifacts,
+    flow_run_logs,
+    flow_state,
+    mlflow_client,
+    task_states,
+)
 from tests.net import free_port
 
 pytestmark = pytest.mark.slow
@@ -109,6 +115,10 @@ def test_endpoint_errors_over_the_threshold_fail_the_run_and_are_never_rewards(
     summary = tolerated.result()
     assert summary["failed"] == 7 and summary["failure_rate"] == 1.0
     assert summary["warning"].startswith("rollout: 7 of 7 trajectories failed (100%, within")
+    # The same warning in the Prefect run log and at the top of the rollout artifact.
+    tolerated_id = tolerated.state_details.flow_run_id
+    assert summary["warning"] in flow_run_logs(tolerated_id)
+    assert f"> **{summary['warning']}**" in flow_run_artifacts(tolerated_id)["rollout-summary"].data
     assert summary["reward_mean"] is None  # nothing was scored: errors are not 0.0 rewards
     scored = [json.loads(line) for line in Path(summary["scored_path"]).read_text().splitlines()]
     assert all(t["rewards"] == {} and t["reward_outcome"] == "failed" for t in scored)
@@ -241,3 +251,57 @@ def test_a_crashed_rollout_resumes_at_the_trajectory(
     summary = state.result()
     assert summary["trajectories"] == 5 and summary["failed"] == 0
     assert not list((out / ".work").glob("rollout-*.partial.jsonl"))  # removed once written
+
+
+def test_twinkle_run_stopped_by_sigterm_ends_its_mlflow_run_killed(
+    prefect_api, tmp_path, conversations_file, tracking_params
+):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from twinkle.testing.openai_server import OpenAIServer, echo
+
+    # Slow answers: the rollout (60 task trajectories, 8 at a time) is still going when stopped.
+    with OpenAIServer(echo(), delay_ms=2_000) as slow:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "twinkle",
+                "run",
+                "--input",
+                conversations_file,
+                "--output",
+                str(tmp_path / "out"),
+                "--tracking-uri",
+                tracking_params.tracking_uri,
+                "--base-url",
+                slow.base_url,
+                "--model",
+                "m",
+            ],
+            env={**os.environ, "PREFECT_API_URL": prefect_api},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            deadline = time.time() + 180
+            while not slow.requests and time.time() < deadline and proc.poll() is None:
+                time.sleep(0.2)
+            assert slow.requests, "the run never reached the rollout stage"
+            proc.send_signal(signal.SIGTERM)  # a closed terminal, `kill`
+            output, _ = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 130, output[-3000:]
+    assert "interrupted; the MLflow run is marked KILLED" in output
+    client, exp = mlflow_client(tracking_params)
+    status = {r.data.tags.get("twinkle.stage"): r.info.status for r in client.search_runs([exp])}
+    # The curation had finished; the run and its rollout stage had not.
+    assert status == {None: "KILLED", "curation": "FINISHED", "rollout": "KILLED"}

@@ -1,6 +1,7 @@
-"""Nothing private reaches MLflow: secrets and personal data planted in every field of the input
-rows and in the flow's parameters are searched for, byte by byte, in the MLflow store (the
-SQLite database) and its artifact folder after a pipeline run with the PII step."""
+"""Nothing private reaches MLflow or Prefect: secrets and personal data planted in every field of
+the input rows are searched for, byte by byte, in the MLflow store (the SQLite database), its
+artifact folder and the Prefect database (parameters, logs, artifacts such as the
+``rollout-rewards`` table) after a pipeline run with the PII step."""
 
 from __future__ import annotations
 
@@ -10,18 +11,17 @@ from pathlib import Path
 import pytest
 
 from tests.flows.conftest import conversation
-from tests.flows.tests_flows_helpers import flow_state, mlflow_client
+from tests.flows.tests_flows_helpers import flow_state, mlflow_client, prefect_db_files
 
 pytestmark = pytest.mark.slow
 
-URL_PASSWORD = "S3cretPass99x"
 API_KEY = "sk-ant-api03-Zq7Xv9Lm2Np4Rt6Yw8Ab"
 PHONE = "+1 415 555 2671"
 ID_EMAIL = "alice.planted@example.com"
 FIELD_EMAIL = "bob.planted@example.org"
 MESSAGE_EMAIL = "carol.planted@example.net"
 #: What must not be found, each as the bytes a store would hold.
-PLANTED = [URL_PASSWORD, API_KEY, PHONE, ID_EMAIL, FIELD_EMAIL, MESSAGE_EMAIL, "alice.planted"]
+PLANTED = [API_KEY, PHONE, ID_EMAIL, FIELD_EMAIL, MESSAGE_EMAIL, "alice.planted"]
 
 
 def _rows() -> list[dict]:
@@ -55,12 +55,9 @@ def test_planted_secrets_and_pii_never_reach_the_mlflow_store(prefect_api, tmp_p
         artifact_location=str(tmp_path / "mlruns"),
         log_dropped_rows=True,  # uploaded, so only after the PII rewrite
     )
-    rollout = RolloutParams(
-        tasks=[],
-        concurrency=4,
-        # Logged as a parameter, never contacted (no OpenEnv environment is asked for).
-        openenv_base_url=f"http://twinkle:{URL_PASSWORD}@127.0.0.1:9/",
-    )
+    # A password in a URL parameter is refused before any run exists (the parameter models,
+    # tests/flows/test_flows_url_credentials.py); a URL without one is logged as it is.
+    rollout = RolloutParams(tasks=[], concurrency=4, openenv_base_url="http://127.0.0.1:9/")
     state = pipeline_flow(
         CurationParams(inputs=[str(src)], pii="on"),
         rollout,
@@ -73,6 +70,7 @@ def test_planted_secrets_and_pii_never_reach_the_mlflow_store(prefect_api, tmp_p
     assert summary["pii"] == "ran" and summary["trajectories"] == 3
 
     stored = _stored_bytes(tmp_path)
+    stored.update({p: Path(p).read_bytes() for p in prefect_db_files()})
     assert any(p.endswith(".dropped.jsonl") for p in stored)  # the rewritten log was uploaded
     found = {
         secret: sorted(p for p, data in stored.items() if secret.encode() in data)
@@ -84,7 +82,7 @@ def test_planted_secrets_and_pii_never_reach_the_mlflow_store(prefect_api, tmp_p
     client, exp = mlflow_client(tracking)
     parent = next(r for r in client.search_runs([exp]) if "mlflow.parentRunId" not in r.data.tags)
     params = parent.data.params
-    assert params["rollout.openenv_base_url"] == "http://twinkle:[REDACTED]@127.0.0.1:9/"
+    assert params["rollout.openenv_base_url"] == "http://127.0.0.1:9/"
     assert "E2B_API_KEY" in params["rollout.sandbox.api_key_env"]
     # The MLflow run is the flow run's: its name, id and UI address.
     flow_run_id = str(state.state_details.flow_run_id)

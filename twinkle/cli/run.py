@@ -8,6 +8,11 @@ stage), and the replay policy (the recorded assistant turns) unless ``--base-url
 ``--model`` name an OpenAI-compatible endpoint. Click for the options; Prefect and MLflow
 are imported only when the command runs.
 
+Credentials never become flow parameters (Prefect stores those before any twinkle code
+runs): a user and password in an http(s) ``--tracking-uri`` are handed to MLflow as
+``MLFLOW_TRACKING_USERNAME``/``MLFLOW_TRACKING_PASSWORD`` for the run instead, and any
+other URL with ``user:password@`` in it is refused with what to do instead.
+
 Example::
 
     twinkle run
@@ -185,6 +190,13 @@ def _quiet() -> None:
     help="Share of trajectories that may fail before the run fails (exit status 1).",
 )
 @click.option(
+    "--log-dropped-rows",
+    is_flag=True,
+    help="Upload the rows curation dropped to the MLflow run, after the PII rewrite (never "
+    "when the PII step did not run). Default: only their counts; the full log stays in "
+    "<output>/<run>/curated/.",
+)
+@click.option(
     "--ray-address",
     default=None,
     help="Run tasks on a Ray cluster (needs a Prefect server, see infra/).",
@@ -210,6 +222,7 @@ def run(
     concurrency,
     trace_sample_rate,
     max_failure_rate,
+    log_dropped_rows,
     ray_address,
     fresh,
     as_json,
@@ -235,7 +248,16 @@ def run(
     started = time.perf_counter()
     cwd = Path.cwd().resolve()
     uri = tracking_uri or f"sqlite:///{cwd / 'mlflow.db'}"
-    _check_before_start(inputs, base_url, sandbox_url, uri)
+    uri, tracking_env = _check_before_start(inputs, base_url, sandbox_url, ray_address, uri)
+    from twinkle.preflight import has_embedded_credentials
+
+    if any(has_embedded_credentials(t) for t in tasks):
+        raise click.BadParameter(
+            "a task holds a URL with credentials in it (user:password@), which Prefect and "
+            "MLflow would store with the run: remove them and give the key through an "
+            "environment variable",
+            param_hint="--tasks/--envs",
+        )
     _environment()
     say = (lambda *a, **k: None) if as_json else click.echo
     say("twinkle run: starting Prefect's temporary API and the pipeline flow ...")
@@ -275,7 +297,10 @@ def run(
         sandbox=SandboxParams(api_url=sandbox_url),
     )
     tracking = TrackingParams(
-        tracking_uri=uri, experiment=experiment, trace_sample_rate=trace_sample_rate
+        tracking_uri=uri,
+        experiment=experiment,
+        trace_sample_rate=trace_sample_rate,
+        log_dropped_rows=log_dropped_rows,
     )
     runp = RunParams(
         output_dir=str(Path(output).resolve()), ray_address=ray_address, refresh_cache=fresh
@@ -283,7 +308,11 @@ def run(
     from twinkle.errors import TwinkleError
 
     try:
-        with _interrupts_as_keyboard(), _progress_bar(enabled=not as_json) as progress:
+        with (
+            _environ(tracking_env),
+            _interrupts_as_keyboard(),
+            _progress_bar(enabled=not as_json) as progress,
+        ):
             summary = pipeline_flow(
                 curation=curation, rollout=rollout, tracking=tracking, run=runp, progress=progress
             )
@@ -313,24 +342,84 @@ def _rounded(value: Any, digits: int = 4) -> Any:
 
 
 def _check_before_start(
-    inputs: tuple[str, ...], base_url: str | None, sandbox_url: str | None, uri: str
-) -> None:
+    inputs: tuple[str, ...],
+    base_url: str | None,
+    sandbox_url: str | None,
+    ray_address: str | None,
+    uri: str,
+) -> tuple[str, dict[str, str]]:
     """Inputs, URLs and the tracking URI checked before Prefect starts: a usage error with
-    one line per problem, in well under a second."""
-    from twinkle.preflight import check_inputs, check_tracking_uri, check_url
+    one line per problem, in well under a second. Returns the tracking URI without
+    credentials, and the MLflow variables that carry them for the run."""
+    from twinkle.preflight import check_credentials, check_inputs, check_tracking_uri, check_url
 
+    uri, tracking_env, problem = _tracking_credentials(uri)
     problems = check_inputs(inputs)
     problems += [
         p
         for p in (
             check_url(base_url, "--base-url"),
+            check_credentials(
+                base_url,
+                "--base-url",
+                "export the key in a variable named by --api-key-env (sent as a Bearer token)",
+            ),
             check_url(sandbox_url, "--sandbox-url"),
-            check_tracking_uri(uri),
+            check_credentials(
+                sandbox_url, "--sandbox-url", "export the key as E2B_API_KEY (X-API-Key header)"
+            ),
+            check_credentials(
+                ray_address, "--ray-address", "reach the cluster on an address without them"
+            ),
+            problem,
+            None if problem else check_tracking_uri(uri),
         )
         if p
     ]
     if problems:
         raise click.UsageError("\n".join(problems))
+    return uri, tracking_env
+
+
+def _tracking_credentials(uri: str) -> tuple[str, dict[str, str], str | None]:
+    """``(uri without credentials, MLflow's variables for them, problem)``: a user and
+    password in an http(s) tracking URI move to ``MLFLOW_TRACKING_USERNAME``/``_PASSWORD``
+    (MLflow's documented basic auth), so they never become a flow parameter; credentials
+    that cannot move (a token alone, a database URI, a variable already set otherwise) are
+    a problem saying what to do."""
+    from twinkle.preflight import check_credentials, split_credentials
+
+    clean, user, password = split_credentials(uri)
+    if clean == uri:
+        return uri, {}, None
+    if not uri.startswith(("http://", "https://")):
+        fix = "give them through the database driver's variables (PGUSER, PGPASSWORD, ...)"
+        return uri, {}, check_credentials(uri, "--tracking-uri", fix)
+    if not (user and password):
+        fix = "export the token as MLFLOW_TRACKING_TOKEN"
+        return uri, {}, check_credentials(uri, "--tracking-uri", fix)
+    env = {"MLFLOW_TRACKING_USERNAME": user, "MLFLOW_TRACKING_PASSWORD": password}
+    clash = [k for k, v in env.items() if os.environ.get(k, v) != v]
+    if clash:
+        fix = f"{' and '.join(clash)} already hold other values: keep one of the two"
+        return uri, {}, check_credentials(uri, "--tracking-uri", fix)
+    return clean, env, None
+
+
+@contextlib.contextmanager
+def _environ(values: dict[str, str]) -> Iterator[None]:
+    """``values`` in ``os.environ`` for the block (MLflow reads its credentials there, and a
+    helper process started in the block inherits them), restored after."""
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @contextlib.contextmanager
