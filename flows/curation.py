@@ -8,9 +8,10 @@ of ``shard_size`` rows, so a killed flow resumes at the first unfinished shard; 
 result is cached on the same fingerprint plus the run's output paths, so a rerun with the
 same inputs and settings finds it (state ``Cached``). With ``run.ray_address`` the chain
 runs on that cluster with Ray Data instead (``twinkle.preprocessor.ray_backend.curate_ray``,
-the same kept rows). The PII step (``PIIPresidioFilter(all_fields=True)``, the chain's last
-step) runs when the ``pii`` extra is installed; otherwise it is reported as skipped, with the
-reason, in the summary, the Prefect artifact and MLflow.
+the same kept rows, resumable at the input chunk). The PII step
+(``PIIPresidioFilter(all_fields=True)``, the chain's last step) runs when the ``pii`` extra
+is installed; otherwise it is reported as skipped, with the reason, in the summary, the
+Prefect artifact and MLflow.
 
 Example:
     >>> from flows.curation import curation_flow
@@ -76,15 +77,16 @@ def curate_data(
     log (``{step, reason, row}`` lines); returns the counts (no rows).
 
     Resumes from ``work_dir`` at the first unfinished shard (``curate_stream(resume=True)``).
-    With ``ray_address`` the chain runs there on Ray Data (``curate_ray``; no resumption, and
-    the tags of tagging steps are not counted).
+    With ``ray_address`` the chain runs there on Ray Data (``curate_ray``), which resumes at
+    the input chunk from its completion markers in ``<work_dir>.ray``.
     """
     if ray_address:
         from twinkle.preprocessor.ray_backend import curate_ray
 
         summary = curate_ray(
             inputs, curated_path, dropped_path, names, params=params, address=ray_address,
-            batch_size=BATCH_SIZE, input_format=input_format,
+            batch_size=BATCH_SIZE, input_format=input_format, work_dir=f"{work_dir}.ray",
+            resume=True,
         )  # fmt: skip
     else:
         from twinkle.preprocessor.stream import curate_stream
@@ -94,8 +96,8 @@ def curate_data(
             input_format=input_format, shard_rows=shard_rows, work_dir=work_dir, resume=True,
             progress=False,
         )  # fmt: skip
-        if summary.shards_reused:
-            stage_log(f"curation: resumed, {summary.shards_reused} of {summary.shards} shards done")
+    if summary.shards_reused:
+        stage_log(f"curation: resumed, {summary.shards_reused} of {summary.shards} shards done")
     return {
         "rows_in": summary.rows_in,
         "rows_out": summary.rows_out,
