@@ -279,7 +279,9 @@ class GymnasiumEnvironment(EpisodeMembers):
             return [b"".join(row).decode() for row in raw.desc], "P", 0, 1
         if name.startswith("CliffWalking"):
             rows, cols = raw.shape
-            cells = [["C" if raw._cliff[r, c] else "o" for c in range(cols)] for r in range(rows)]
+            cells = [["o"] * cols for _ in range(rows)]
+            for r, c in _cliff_cells(raw.P, rows, cols):
+                cells[r][c] = "C"
             cells[rows - 1][cols - 1] = "T"
             return ["  ".join(r) for r in cells], "x", 0, 3
         return [b"".join(row).decode() for row in raw.desc], "T", 1, 2  # Taxi
@@ -403,6 +405,27 @@ class GymnasiumEnvironment(EpisodeMembers):
 
     def close(self) -> None:
         self._env.close()
+
+
+def _cliff_cells(transitions: Any, rows: int, cols: int) -> set[tuple[int, int]]:
+    """CliffWalking's cliff, read from the public transition table ``P``: a move into the
+    cliff pays -100 (and sends the agent back to the start), so the cell it aims at is cliff.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> env = gym.make('CliffWalking-v1').unwrapped
+        >>> sorted(_cliff_cells(env.P, 4, 12))[:2]
+        [(3, 1), (3, 2)]
+    """
+    moves = {0: (-1, 0), 1: (0, 1), 2: (1, 0), 3: (0, -1)}  # up, right, down, left
+    cliff = set()
+    for state, actions in transitions.items():
+        r, c = divmod(state, cols)
+        for action, outcomes in actions.items():
+            dr, dc = moves[action]
+            if any(reward <= -100 for _, _, reward, _ in outcomes):
+                cliff.add((min(max(r + dr, 0), rows - 1), min(max(c + dc, 0), cols - 1)))
+    return cliff
 
 
 class GymnasiumAdapter(BaseAdapter):
