@@ -288,8 +288,9 @@ def main() -> None:
         "--repeats",
         type=int,
         default=None,
-        help="interleaved runs per variant in the tools, lean and scale parts (best counts; "
-        "default 2, 1 with --quick); more on a noisy machine",
+        help="rounds in the tools, lean and scale parts: each round runs every variant once, "
+        "rotated (best run and median round reported; default 3, 1 with --quick); more on a "
+        "noisy machine",
     )
     args = parser.parse_args()
     parts = set(args.parts.split(","))
@@ -307,7 +308,7 @@ def main() -> None:
         )
     if parts & {"tools", "lean", "scale"}:
         tools = _tools_module()
-        reps = args.repeats or (1 if args.quick else 2)
+        reps = args.repeats or (1 if args.quick else 3)
         if "tools" in parts:
             sizes, conc = ([16, 64], 32) if args.quick else ([64, 256, 1024], 128)
             result["tool_rollout"] = tools.bench_tools(50.0, sizes, conc, reps)
@@ -327,15 +328,25 @@ def main() -> None:
             ours_overhead_cpu_ms_per_call_max=max(r["ours_overhead_cpu_ms_per_call"] for r in api),
         )
     if "tool_rollout" in result:
+        rows = result["tool_rollout"]
         summary.update(
-            tools_ours_vs_bare_min=min(r["ours_vs_bare"] for r in result["tool_rollout"]),
-            tools_ours_lean_vs_bare_min=min(r["ours_lean_vs_bare"] for r in result["tool_rollout"]),
+            tools_ours_vs_bare=[r["ours_vs_bare"] for r in rows],
+            tools_ours_vs_bare_median_round=[r["ours_vs_bare_median_round"] for r in rows],
+            tools_ours_vs_bare_cpu=[r["ours_vs_bare_cpu"] for r in rows],
+            tools_ours_lean_vs_bare=[r["ours_lean_vs_bare"] for r in rows],
         )
     if "lean_transport" in result:
         lean = result["lean_transport"]
         summary.update(
             lean_cpu_vs_sdk_cpu=lean["lean_cpu_vs_sdk_cpu"],
             lean_throughput_vs_bare_sdk=lean["lean_throughput_vs_bare_sdk"],
+            lean_fraction_of_ideal=lean["ours_lean_fraction_of_ideal"],
+            bare_sdk_fraction_of_ideal=lean["bare_sdk_fraction_of_ideal"],
+        )
+    if "scale_out" in result:
+        scale = result["scale_out"]
+        summary.update(
+            {f"scale_{t}_speedup": scale[t]["speedup"] for t in ("sdk", "lean") if t in scale}
         )
     if "multi_turn_bookkeeping" in result:
         summary["bookkeeping_fraction_of_turn"] = result["multi_turn_bookkeeping"][

@@ -6,9 +6,12 @@ between them: the model asks ``get_weather`` for a city, the tool returns a para
 model answers. The bare loop does the same work with nothing but ``openai.AsyncOpenAI``, a
 semaphore and a list; the weather tool runs inline there, and in ours it declares
 ``blocking = False`` so it runs inline too (``ours_threaded`` sends the same tool through the
-worker-thread path that blocking tools take). Runs are warm, interleaved and rotated, and
-the best of ``repeats`` counts; every run starts from a collected heap (``gc.collect()``).
-The physical limit is concurrency / delay calls per second.
+worker-thread path that blocking tools take). Runs are warm and go in rounds: each round
+runs every variant once, in an order rotated each round, every run from a collected heap
+(``gc.collect()``). Reported: the best run of each variant (the headline ratio), the ratio
+within each round and their median, client CPU per call (best and every round), every
+run's wall time, and the 1-minute load average before and after. The physical limit is
+concurrency / delay calls per second.
 
 * ``tools``: ours (SDK transport) and ours with the lean transport vs the bare SDK loop, at
   64, 256 and 1,024 trajectories, concurrency 128.
@@ -25,6 +28,7 @@ import asyncio
 import gc
 import json
 import os
+import statistics
 import sys
 import time
 from typing import Any
@@ -79,7 +83,10 @@ async def sdk_loop(
     a semaphore and a list; returns the seconds the rows took (client set-up left out)."""
     import openai
 
-    client = openai.AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0)
+    # The timeout ``OpenAI`` sets, and the SDK's default retries (``OpenAI`` retries too): on
+    # a loaded machine the SDK's 5 s connect timeout fails 256 connects at once, and a
+    # kept-alive connection can be dropped under a request; the run would end in an error.
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="x", max_retries=2, timeout=180.0)
     tools = [tool.tool_info()]
     semaphore = asyncio.Semaphore(concurrency)
 
@@ -147,7 +154,9 @@ def _server_cpu_s(pid: int | None) -> float | None:
 
 
 def _interleaved(variants: dict[str, Any], repeats: int, pid: int | None) -> dict[str, Any]:
-    """Best-of-``repeats`` (wall, client CPU, server CPU) per variant, runs rotated."""
+    """Every round runs every variant once, in an order rotated each round, so that machine
+    noise (other processes on the shared cores) hits all alike. Returns each variant's runs,
+    ``(wall s, client CPU s, server CPU s or None)`` per round, in round order."""
     runs: dict[str, list[tuple[float, float, float | None]]] = {k: [] for k in variants}
     order = list(variants)
     for _ in range(repeats):
@@ -162,7 +171,32 @@ def _interleaved(variants: dict[str, Any], repeats: int, pid: int | None) -> dic
             after = _server_cpu_s(pid)
             runs[name].append((wall, cpu, None if server is None else after - server))
         order = order[1:] + order[:1]
-    return {k: min(v, key=lambda r: r[0]) for k, v in runs.items()} | {"_all": runs}
+    return runs
+
+
+def _best(runs: dict[str, Any]) -> dict[str, Any]:
+    """The fastest run (by wall time) of each variant."""
+    return {k: min(v, key=lambda r: r[0]) for k, v in runs.items()}
+
+
+def _versus(runs: dict[str, Any], name: str, base: str) -> dict[str, Any]:
+    """``name``'s throughput relative to ``base``'s three ways: best run against best run (the
+    headline), the median of the rounds' ratios (each round ran both back to back), and client
+    CPU (best against best: what throughput the CPU allows, the least noisy)."""
+    best = _best(runs)
+    rounds = [b[0] / o[0] for b, o in zip(runs[base], runs[name])]
+    return {
+        f"{name}_vs_{base}": round(best[base][0] / best[name][0], 3),
+        f"{name}_vs_{base}_median_round": round(statistics.median(rounds), 3),
+        f"{name}_vs_{base}_rounds": [round(r, 3) for r in rounds],
+        f"{name}_vs_{base}_cpu": round(
+            min(r[1] for r in runs[base]) / min(r[1] for r in runs[name]), 3
+        ),
+    }
+
+
+def _load() -> float:
+    return round(os.getloadavg()[0], 2)
 
 
 def _server(delay_ms: float) -> Any:
@@ -188,33 +222,39 @@ def bench_tools(
                 "ours_threaded": lambda n=n: ours(url, n, concurrency, "sdk", BlockingWeather()),
                 "ours_lean": lambda n=n: ours(url, n, concurrency, "lean", Weather()),
             }
-            best = _interleaved(variants, repeats, pid)
-            runs = best.pop("_all")
+            load = _load()
+            runs = _interleaved(variants, repeats, pid)
+            best = _best(runs)
             calls = n * TOOL_TURNS
-            results.append(
+            row = {
+                "delay_ms": delay_ms,
+                "trajectories": n,
+                "concurrency": concurrency,
+                "model_calls": calls,
+                "repeats": repeats,
+                "load_average_1m": [load, _load()],
+                "ideal_calls_per_s": round(ideal, 1),
+            }
+            for name in ("ours", "ours_threaded", "ours_lean"):
+                row.update(_versus(runs, name, "bare"))
+            row.update(
                 {
-                    "delay_ms": delay_ms,
-                    "trajectories": n,
-                    "concurrency": concurrency,
-                    "model_calls": calls,
-                    "repeats": repeats,
-                    "ideal_calls_per_s": round(ideal, 1),
-                    "ours_vs_bare": round(best["bare"][0] / best["ours"][0], 3),
-                    "ours_threaded_vs_bare": round(best["bare"][0] / best["ours_threaded"][0], 3),
-                    "ours_lean_vs_bare": round(best["bare"][0] / best["ours_lean"][0], 3),
-                    "ours_vs_bare_cpu": round(best["bare"][1] / best["ours"][1], 3),
                     **{f"{k}_calls_per_s": round(calls / b[0], 1) for k, b in best.items()},
                     **{
                         f"{k}_fraction_of_ideal": round(calls / b[0] / ideal, 3)
                         for k, b in best.items()
                     },
                     **{
-                        f"{k}_cpu_ms_per_call": round(b[1] / calls * 1000, 3)
-                        for k, b in best.items()
+                        f"{k}_cpu_ms_per_call": round(min(r[1] for r in v) / calls * 1000, 3)
+                        for k, v in runs.items()
                     },
                     "wall_s": {k: [round(r[0], 3) for r in v] for k, v in runs.items()},
+                    "cpu_ms_per_call": {
+                        k: [round(r[1] / calls * 1000, 3) for r in v] for k, v in runs.items()
+                    },
                 }
             )
+            results.append(row)
     return results
 
 
@@ -226,7 +266,8 @@ def bench_lean(delay_ms: float, n: int, concurrency: int, repeats: int) -> dict[
         asyncio.run(bare_loop(url, 32, 32))
         ours(url, 32, 32, "sdk", Weather())
         ours(url, 32, 32, "lean", Weather())
-        best = _interleaved(
+        load = _load()
+        runs = _interleaved(
             {
                 "bare_sdk": lambda: asyncio.run(bare_loop(url, n, concurrency)),
                 "ours_sdk": lambda: ours(url, n, concurrency, "sdk", Weather()),
@@ -235,8 +276,8 @@ def bench_lean(delay_ms: float, n: int, concurrency: int, repeats: int) -> dict[
             repeats,
             pid,
         )
-    runs = best.pop("_all")
-    cpu = {k: b[1] / calls * 1000 for k, b in best.items()}
+    best = _best(runs)
+    cpu = {k: min(r[1] for r in v) / calls * 1000 for k, v in runs.items()}
     rate = {k: calls / b[0] for k, b in best.items()}
     return {
         "delay_ms": delay_ms,
@@ -244,16 +285,22 @@ def bench_lean(delay_ms: float, n: int, concurrency: int, repeats: int) -> dict[
         "concurrency": concurrency,
         "model_calls": calls,
         "repeats": repeats,
+        "load_average_1m": [load, _load()],
         "ideal_calls_per_s": round(ideal, 1),
         **{f"{k}_calls_per_s": round(v, 1) for k, v in rate.items()},
         **{f"{k}_fraction_of_ideal": round(v / ideal, 3) for k, v in rate.items()},
         **{f"{k}_cpu_ms_per_call": round(v, 3) for k, v in cpu.items()},
         "lean_cpu_vs_sdk_cpu": round(cpu["ours_lean"] / cpu["ours_sdk"], 3),
+        "lean_cpu_vs_bare_sdk_cpu": round(cpu["ours_lean"] / cpu["bare_sdk"], 3),
         "lean_throughput_vs_bare_sdk": round(rate["ours_lean"] / rate["bare_sdk"], 3),
+        "lean_throughput_vs_bare_sdk_median_round": _versus(runs, "ours_lean", "bare_sdk")[
+            "ours_lean_vs_bare_sdk_median_round"
+        ],
         "server_cpu_ms_per_call": {
             k: None if b[2] is None else round(b[2] / calls * 1000, 3) for k, b in best.items()
         },
         "wall_s": {k: [round(r[0], 3) for r in v] for k, v in runs.items()},
+        "cpu_ms_per_call": {k: [round(r[1] / calls * 1000, 3) for r in v] for k, v in runs.items()},
     }
 
 
@@ -280,7 +327,8 @@ def bench_scale(
         "repeats": repeats,
         "cpus": os.cpu_count(),
     }
-    ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+    # A cluster of its own: never join one that another process started on this machine.
+    ray.init(address="local", num_cpus=workers, include_dashboard=False, log_to_driver=False)
     try:
         with _server(delay_ms) as server:
             for transport in ("sdk", "lean"):
@@ -302,10 +350,12 @@ def bench_scale(
                     check([o for out in ray.get(refs, timeout=600) for o in out], n)
 
                 variants = {f"{k}": (lambda k=k: run(k)) for k in (1, workers)}
-                best = _interleaved(variants, repeats, None)
-                runs = best.pop("_all")
+                load = _load()
+                runs = _interleaved(variants, repeats, None)
+                best = _best(runs)
                 rate = {k: calls / b[0] for k, b in best.items()}
                 result[transport] = {
+                    "load_average_1m": [load, _load()],
                     **{f"{k}_workers_calls_per_s": round(v, 1) for k, v in rate.items()},
                     "speedup": round(rate[str(workers)] / rate["1"], 3),
                     "per_worker_calls_per_s": round(rate[str(workers)] / workers, 1),

@@ -33,6 +33,11 @@ def test_tool_workload(bench):
     assert row["ours_vs_bare"] == pytest.approx(
         row["ours_calls_per_s"] / row["bare_calls_per_s"], rel=0.02
     )
+    # One round: its ratio is the median and the best-run ratio alike.
+    walls = row["wall_s"]
+    assert row["ours_vs_bare_rounds"] == [pytest.approx(walls["bare"][0] / walls["ours"][0], 0.02)]
+    assert row["ours_vs_bare_median_round"] == pytest.approx(row["ours_vs_bare"], rel=0.02)
+    assert len(row["cpu_ms_per_call"]["ours"]) == 1 and len(row["load_average_1m"]) == 2
 
 
 def test_lean_part(bench):

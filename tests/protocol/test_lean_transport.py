@@ -45,6 +45,10 @@ def outcome(api):
         lambda request: (418, {"error": {"message": "teapot"}}),
         lambda request: (408, {"detail": "slow"}),
         lambda request: Reply(raw="", status=502),
+        # A redirect is followed, as the SDK follows it: POST /v1/models answers 405.
+        lambda request: Reply(
+            body={"error": {"message": "moved"}}, status=307, headers={"Location": "/v1/models"}
+        ),
         lambda request: Reply(body=[1, 2, 3]),
         lambda request: Reply(body={"choices": [{"finish_reason": "stop"}]}),
         lambda request: {

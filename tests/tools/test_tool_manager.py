@@ -96,3 +96,29 @@ def test_is_blocking():
     assert manager.is_blocking(call("quick", "{}")) is False
     assert manager.is_blocking(call("unknown", "{}")) is False
     assert manager.is_blocking("garbage") is False
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    ['{"query": "x", "k": 3}', ' {"k": NaN} ', '{"k": 123456789012345678901234567890}', "  ", None],
+)
+def test_arguments_decode_as_json_does(arguments):
+    # Exactly json's reading (NaN, integers past 64 bits), blank meaning {}.
+    import json
+
+    from twinkle.tools.tool_manager import parse_arguments
+
+    expected = json.loads(arguments) if arguments and arguments.strip() else {}
+    assert str(parse_arguments(arguments)) == str(expected)
+
+
+def test_broken_arguments_get_jsons_message():
+    import json
+
+    from twinkle.tools.tool_manager import parse_arguments
+
+    with pytest.raises(json.JSONDecodeError) as info:
+        json.loads('{"a": 1,}')
+    with pytest.raises(ValueError) as ours:
+        parse_arguments('{"a": 1,}')
+    assert str(ours.value) == f"Error: invalid JSON in arguments: {info.value}"

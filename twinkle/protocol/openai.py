@@ -18,10 +18,11 @@ when ``logprobs`` is set; ``top_k`` and ``repetition_penalty`` when not at their
 in ``extra_body`` (vLLM and SGLang read them there). ``trajectory['tools']`` becomes
 ``tools``. Keyword arguments (``extra_body=...`` and so on) pass straight to the SDK.
 
-``OpenAI(..., transport='lean')`` sends the same requests without the SDK, over a small
-keep-alive HTTP/1.1 pool with ``orjson`` (``twinkle.protocol.lean``): same retries,
-``Retry-After``, error kinds and messages, ``n``, reasoning and tool calls, at a fraction of
-the client CPU per call. The SDK stays the default (proxies, and anything the SDK adds).
+``OpenAI(..., transport='lean')`` sends the same requests without the SDK, over one
+``aiohttp`` keep-alive session per event loop with ``orjson`` (``twinkle.protocol.lean``, which
+says why not ``httpx``): same retries, ``Retry-After``, error kinds and messages, ``n``,
+reasoning and tool calls, at about a tenth of the client CPU per call. The SDK stays the
+default (proxies, and anything the SDK adds).
 
 Example:
     >>> api = OpenAI(model='qwen3-8b', base_url='http://127.0.0.1:8000/v1', api_key='EMPTY')
@@ -60,9 +61,15 @@ _PLAIN_FIELDS += ("logprobs", "top_logprobs")
 def _sdk_body(body: dict[str, Any]) -> dict[str, Any]:
     """``build_request``'s keyword arguments with the plain scalars moved to ``extra_body``
     (its own entries still win, as they do in the SDK)."""
-    plain = {key: body.pop(key) for key in _PLAIN_FIELDS if key in body}
+    plain = {}
+    for key in _PLAIN_FIELDS:
+        if key in body:
+            plain[key] = body.pop(key)
     if plain:
-        body["extra_body"] = {**plain, **(body.get("extra_body") or {})}
+        extra = body.get("extra_body")
+        if extra:
+            plain.update(extra)
+        body["extra_body"] = plain
     return body
 
 
@@ -95,9 +102,9 @@ class OpenAI(API):
         backoff_max_s: cap on one back-off (and on an honoured ``Retry-After``).
         keep_reasoning: re-send earlier ``reasoning_content`` in the history.
         transport: ``'sdk'`` (the default: the official client) or ``'lean'``
-            (``twinkle.protocol.lean``: the same requests, replies, retries and errors at
-            about a twentieth of the SDK's CPU per call; for rollouts with hundreds of calls
-            in flight). The lean transport takes ``client_kwargs`` ``timeout``,
+            (``twinkle.protocol.lean``, over ``aiohttp``: the same requests, replies, retries and
+            errors at about a tenth of the SDK's CPU per call; for rollouts with hundreds of
+            calls in flight). The lean transport takes ``client_kwargs`` ``timeout``,
             ``default_headers``, ``default_query``, ``organization``, ``project`` and
             ``max_connections`` (default: one connection per call in flight).
 

@@ -22,7 +22,7 @@ Outputs come back in input order and there is always one per input, whatever fai
 Past one process: ``APIMultiTurnRollout.remote(...)`` builds it as a Ray actor (Ray is
 imported only then); give each actor a share of the batch and call
 ``ray.get(actor.__call__.remote(share))``. A worker is bound by its client CPU per call
-(about 2 ms through the SDK, 0.1 ms with ``OpenAI(..., transport='lean')``), so throughput
+(about 2 ms through the SDK, 0.2 ms with ``OpenAI(..., transport='lean')``), so throughput
 adds up per worker until the endpoint is the limit (``bench/rollout.py --parts scale``).
 
 Example:
@@ -226,6 +226,8 @@ class APIMultiTurnRollout(Rollout):
             tool_manager if tool_manager is not None else self.tool_manager, len(batch)
         )
         body = {**self.extra_body, **(extra_body or {})}
+        # One schema list per manager and batch, not one per trajectory.
+        schemas: dict[int, Any] = {}
         semaphore = asyncio.Semaphore(self.concurrency)
         pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.concurrency, thread_name_prefix="twinkle-tool"
@@ -233,7 +235,7 @@ class APIMultiTurnRollout(Rollout):
         try:
             outputs = await asyncio.gather(
                 *(
-                    self._guarded(semaphore, pool, trajectory, manager, sp, body)
+                    self._guarded(semaphore, pool, trajectory, manager, sp, body, schemas)
                     for trajectory, manager in zip(batch, managers)
                 )
             )
@@ -259,13 +261,14 @@ class APIMultiTurnRollout(Rollout):
         manager: Any,
         sp: SamplingParams,
         body: dict[str, Any],
+        schemas: dict[int, Any],
     ) -> Trajectory:
         problem = input_problem(trajectory)
         if problem is not None:
             return invalid_output(trajectory, problem)
         async with semaphore:
             try:
-                return await self._run_one(pool, trajectory, manager, sp, body)
+                return await self._run_one(pool, trajectory, manager, sp, body, schemas)
             except Exception as exc:  # noqa: BLE001 - a bug must cost one trajectory, not the batch
                 out = dict(trajectory)
                 out.update(
@@ -335,11 +338,15 @@ class APIMultiTurnRollout(Rollout):
         manager: Any,
         sp: SamplingParams,
         body: dict[str, Any],
+        schemas: dict[int, Any] | None = None,
     ) -> Trajectory:
         messages: list[Message] = list(trajectory["messages"])
         tools = trajectory.get("tools")
         if tools is None:
-            tools = manager.tool_infos() if hasattr(manager, "tool_infos") else None
+            schemas = {} if schemas is None else schemas
+            tools = schemas.get(id(manager))
+            if tools is None and hasattr(manager, "tool_infos"):
+                tools = schemas[id(manager)] = manager.tool_infos()
         request: dict[str, Any] = {"messages": messages}
         if tools:
             request["tools"] = tools

@@ -178,20 +178,32 @@ def endpoint_label(url: str | None) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-def llm_entry(turn: int, start_ns: int, started: float, **fields: Any) -> dict[str, Any]:
+def llm_entry(
+    turn: int,
+    start_ns: int,
+    started: float,
+    *,
+    prompt_tokens: int | None = None,
+    completion_tokens: int | None = None,
+    finish_reason: str | None = None,
+    attempts: int = 1,
+    error: str | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
     """A ``turn_log`` entry for one model call (see the module docstring)."""
     entry = {
         "type": "llm",
         "turn": turn,
         "start_ns": start_ns,
         "latency_s": time.perf_counter() - started,
-        "prompt_tokens": None,
-        "completion_tokens": None,
-        "finish_reason": None,
-        "attempts": 1,
-        "error": None,
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "finish_reason": finish_reason,
+        "attempts": attempts,
+        "error": error,
     }
-    entry.update(fields)
+    if extra:
+        entry.update(extra)
     return entry
 
 
@@ -202,7 +214,7 @@ def tool_entry(
     function = call.get("function") if isinstance(call, dict) else None
     function = function if isinstance(function, dict) else {}
     arguments = function.get("arguments")
-    if arguments is not None and not isinstance(arguments, str):
+    if arguments is not None and type(arguments) is not str:
         import json
 
         arguments = json.dumps(arguments, ensure_ascii=False, default=str)

@@ -70,15 +70,16 @@ def parse_arguments(arguments: Any) -> Any:
     """Decode a tool call's ``arguments``; raises ValueError with the message the model sees."""
     if arguments is None:
         return {}
-    if isinstance(arguments, Mapping):
-        return arguments
     if isinstance(arguments, str):
+        # json, not orjson: orjson turns integers past 64 bits into floats.
         if not arguments.strip():
             return {}
         try:
             return json.loads(arguments)
         except json.JSONDecodeError as exc:
             raise ValueError(f"Error: invalid JSON in arguments: {exc}") from exc
+    if isinstance(arguments, Mapping):
+        return arguments
     raise ValueError(
         f'Error: "arguments" must be a JSON string or object, got {type(arguments).__name__}.'
     )
@@ -139,8 +140,16 @@ class ToolManager:
         True unless the tool declares ``blocking = False``; a call that names no registered
         tool is answered at once with an error, so it is not blocking.
         """
-        function = tool_call.get("function") if isinstance(tool_call, Mapping) else None
-        name = function.get("name") if isinstance(function, Mapping) else None
+        function = (
+            tool_call.get("function")
+            if type(tool_call) is dict or isinstance(tool_call, Mapping)
+            else None
+        )
+        name = (
+            function.get("name")
+            if type(function) is dict or isinstance(function, Mapping)
+            else None
+        )
         tool = self._tools.get(name) if isinstance(name, str) else None
         return tool is not None and bool(getattr(tool, "blocking", True))
 
@@ -153,10 +162,11 @@ class ToolManager:
     def __call__(self, tool_call: Any) -> str:
         """Run one OpenAI-shaped tool call; raises only ``EnvironmentFailure`` (see the module
         docstring)."""
-        if not isinstance(tool_call, Mapping):
+        # type() first: isinstance against the Mapping ABC is slow, and calls are dicts.
+        if type(tool_call) is not dict and not isinstance(tool_call, Mapping):
             return f"Error: tool_call must be an object, got {type(tool_call).__name__}."
         function = tool_call.get("function")
-        if not isinstance(function, Mapping):
+        if type(function) is not dict and not isinstance(function, Mapping):
             return 'Error: tool_call missing "function" object.'
         name = function.get("name")
         if not isinstance(name, str) or not name:
