@@ -12,14 +12,15 @@
 * ``listing_cold``: ``environment_registry.list_environments()`` in a fresh interpreter
   (import included), best of 3. Target < 2 s.
 * ``gymnasium``: episode steps/s through the adapter (extraction, ActionMapper, the board
-  as text, immutable states) against the raw Gymnasium env giving the same text (``step`` +
-  its ``ansi`` render; Blackjack has no render), the same actions and resets. The raw
-  ``step`` alone is reported too. Target: >= 0.5x the raw text env, for every game.
+  as text, immutable states) against the raw Gymnasium env, the same actions and resets,
+  two ways: ``ratio_vs_raw_step_only`` against the raw ``step`` alone (the headline: the
+  target is >= 0.5x it, for every game) and ``ratio_vs_raw_text`` against ``step`` plus its
+  ``ansi`` render, the same text ours gives (Blackjack has no render; >= 0.5x reported too).
 
 Rounds alternate ours and the baseline and keep each one's best, because the machine is
 shared; both are timed in slices (2,000 answers, 500 game steps; each slice's best, summed),
 so a burst of other work spoils one slice instead of a whole round. Usage:
-``python bench/scoring_envs.py [--quick]``.
+``python bench/scoring_envs.py [--quick] [--only gymnasium]``.
 """
 
 from __future__ import annotations
@@ -195,7 +196,7 @@ def bench_gymnasium(steps: int, rounds: int = 7, chunk: int = 500) -> dict:
     from twinkle.core import Action
     from twinkle.core.registry import environment_registry
 
-    per, t_ours_all, t_text_all = {}, 0.0, 0.0
+    per, t_ours_all, t_text_all, t_bare_all = {}, 0.0, 0.0, 0.0
     for name, kwargs in GAMES:
         env = environment_registry.get(name, adapter="gymnasium", **kwargs)
         names = env.mapper.names
@@ -261,6 +262,7 @@ def bench_gymnasium(steps: int, rounds: int = 7, chunk: int = 500) -> dict:
             )
         t_ours_all += t_ours
         t_text_all += t_text
+        t_bare_all += t_bare
         per[name] = {
             "ours_steps_per_s": round(steps / t_ours),
             "raw_text_steps_per_s": round(steps / t_text),
@@ -268,38 +270,53 @@ def bench_gymnasium(steps: int, rounds: int = 7, chunk: int = 500) -> dict:
             "ratio_vs_raw_text": round(t_text / t_ours, 3),
             "ratio_vs_raw_step_only": round(t_bare / t_ours, 3),
         }
-    ratio = t_text_all / t_ours_all
-    below = sorted(name for name, g in per.items() if g["ratio_vs_raw_text"] < 0.5)
+    below = sorted(name for name, g in per.items() if g["ratio_vs_raw_step_only"] < 0.5)
+    below_text = sorted(name for name, g in per.items() if g["ratio_vs_raw_text"] < 0.5)
     return {
         "steps_per_round": steps,
         "timed_slice": chunk,
         "games": per,
-        "all_ratio_vs_raw_text": round(ratio, 3),
+        "all_ratio_vs_raw_step_only": round(t_bare_all / t_ours_all, 3),
+        "all_ratio_vs_raw_text": round(t_text_all / t_ours_all, 3),
+        "target": "ratio_vs_raw_step_only >= target_ratio for every game",
         "games_below_target": below,
+        "games_below_target_vs_raw_text": below_text,
         "rounds": rounds,
         "target_ratio": 0.5,
         "meets_target": not below,  # every game, not only the time-weighted mix
+        "meets_target_vs_raw_text": not below_text,
     }
 
 
-def report(quick: bool) -> dict:
+SECTIONS = ("reasoning_gym", "listing", "gymnasium")
+
+
+def report(quick: bool, only: tuple[str, ...] = SECTIONS) -> dict:
+    """The figures of the ``only`` sections (default: all)."""
     n, steps = (2_000, 1_000) if quick else (20_000, 10_000)
-    return {
-        "reasoning_gym_scoring": bench_reasoning_gym(n, rounds=7 if quick else 9),
-        "listing_cold": bench_listing_cold(),
-        "gymnasium_steps": bench_gymnasium(steps),
-    }
+    out = {}
+    if "reasoning_gym" in only:
+        out["reasoning_gym_scoring"] = bench_reasoning_gym(n, rounds=7 if quick else 9)
+    if "listing" in only:
+        out["listing_cold"] = bench_listing_cold()
+    if "gymnasium" in only:
+        out["gymnasium_steps"] = bench_gymnasium(steps)
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
-    args = parser.parse_args(argv)
-    print(
-        json.dumps(
-            {"benchmark": "scoring_envs", "quick": args.quick, **report(args.quick)}, indent=2
-        )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=SECTIONS,
+        help="run only this section (repeatable; default: all)",
     )
+    args = parser.parse_args(argv)
+    only = tuple(args.only or SECTIONS)
+    figures = report(args.quick, only)
+    print(json.dumps({"benchmark": "scoring_envs", "quick": args.quick, **figures}, indent=2))
 
 
 if __name__ == "__main__":

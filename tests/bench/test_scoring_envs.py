@@ -36,4 +36,21 @@ def test_listing_and_gymnasium_figures(bench):
     assert listing["environments"] > 100 and listing["adapters"] >= 6
     gym = bench.bench_gymnasium(200, rounds=1)
     assert set(gym["games"]) == {name for name, _ in bench.GAMES}
-    assert all(g["ours_steps_per_s"] > 0 for g in gym["games"].values())
+    games = gym["games"].values()
+    assert all(g["ours_steps_per_s"] > 0 and g["raw_step_only_per_s"] > 0 for g in games)
+    assert all(g["ratio_vs_raw_text"] > 0 for g in games)
+    # The headline judges the stricter baseline, the raw step without text.
+    below = sorted(n for n, g in gym["games"].items() if g["ratio_vs_raw_step_only"] < 0.5)
+    assert gym["games_below_target"] == below and gym["meets_target"] is (not below)
+    below_text = sorted(n for n, g in gym["games"].items() if g["ratio_vs_raw_text"] < 0.5)
+    assert gym["games_below_target_vs_raw_text"] == below_text
+    assert gym["all_ratio_vs_raw_step_only"] > 0 and gym["all_ratio_vs_raw_text"] > 0
+
+
+def test_only_runs_the_named_sections(bench, monkeypatch, capsys):
+    monkeypatch.setattr(bench, "bench_gymnasium", lambda steps: {"steps": steps})
+    bench.main(["--quick", "--only", "gymnasium"])
+    out = capsys.readouterr().out
+    assert '"gymnasium_steps"' in out and '"steps": 1000' in out
+    assert "reasoning_gym_scoring" not in out and "listing_cold" not in out
+    assert set(bench.report(True, ("gymnasium",))) == {"gymnasium_steps"}

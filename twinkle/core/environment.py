@@ -31,6 +31,8 @@ __all__ = ["Environment", "EnvironmentSpec", "PromptSource", "StepResult"]
 
 HiddenT = TypeVar("HiddenT")
 
+_new = object.__new__
+
 
 @dataclass(frozen=True)
 class StepResult(Generic[HiddenT]):
@@ -55,6 +57,38 @@ class StepResult(Generic[HiddenT]):
     extracted_action: str | None = None
     resolved_action: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def _make(
+        cls,
+        next_state: State[HiddenT],
+        rewards: SignalBundle,
+        terminated: bool,
+        truncated: bool,
+        extracted_action: str | None,
+        resolved_action: str | None,
+        info: dict[str, Any],
+    ) -> StepResult[HiddenT]:
+        """A per-step fast constructor like ``State._make`` (see ``twinkle.core.state``):
+        every field positional, no defaults, no checks; equal to the public constructor's.
+
+        Example:
+            >>> from twinkle.core.state import Observation, State, StateMetadata
+            >>> s = State(Observation("q"), None, StateMetadata(1, "ep"))
+            >>> args = (s, SignalBundle(), True, False, "a", "a", {})
+            >>> StepResult._make(*args) == StepResult(*args)
+            True
+        """
+        self = _new(cls)
+        d = self.__dict__
+        d["next_state"] = next_state
+        d["rewards"] = rewards
+        d["terminated"] = terminated
+        d["truncated"] = truncated
+        d["extracted_action"] = extracted_action
+        d["resolved_action"] = resolved_action
+        d["info"] = info
+        return self
 
     @property
     def done(self) -> bool:
@@ -157,14 +191,17 @@ class _StateContinuityTracker:
     def __init__(self) -> None:
         self._episode_id: str | None = None
         self._step: int | None = None
+        #: The last tracked state: stepping it again needs no check (states are frozen).
+        self.latest: State[Any] | None = None
 
     def track(self, state: State[Any]) -> None:
         self._episode_id = state.metadata.episode_id
         self._step = state.metadata.step
+        self.latest = state
 
     def validate(self, state: State[Any], env_name: str) -> None:
         """Raise ``NotImplementedError`` unless ``state`` is the last tracked one."""
-        if self._episode_id is None:
+        if self._episode_id is None or state is self.latest:
             return
         if state.metadata.episode_id != self._episode_id:
             raise NotImplementedError(

@@ -158,6 +158,7 @@ class FastTagExtractor:
     def __init__(self, tag_name: str = "answer") -> None:
         self.tag_name = tag_name
         self._open, self._close = f"<{tag_name.lower()}>", f"</{tag_name.lower()}>"
+        self._open_len = len(self._open)
         self._slow = TagBasedExtractor(tag_name)
 
     def extract(self, response: str) -> tuple[str | None, dict[str, Any]]:
@@ -188,7 +189,7 @@ class FastTagExtractor:
             if n == 2:
                 start = response.find(self._open)
                 if start >= 0:
-                    begin = start + len(self._open)
+                    begin = start + self._open_len
                     end = response.find(self._close, begin)
                     if end >= 0:
                         return response[begin:end].strip()
@@ -219,18 +220,25 @@ def answer_function(extractor: AnswerExtractor) -> Any:
     """
     if type(extractor) is CleanedExtractor:
         pre, post = tuple(extractor.pre_cleaners), tuple(extractor.post_cleaners)
-        inner = answer_function(extractor.inner)
+        inner = extractor.inner
+        # A composite inner extractor's parts are tried here, one call level less per text.
+        if type(inner) is CompositeExtractor:
+            parts = tuple(answer_function(e) for e in inner.extractors)
+        else:
+            parts = (answer_function(inner),)
 
         def cleaned(text: str) -> str | None:
             if not isinstance(text, str):
                 return None
             for clean in pre:
                 text = clean(text)
-            answer = inner(text)
-            if answer is not None:
-                for clean in post:
-                    answer = clean(answer)
-            return answer
+            for part in parts:
+                answer = part(text)
+                if answer is not None:
+                    for clean in post:
+                        answer = clean(answer)
+                    return answer
+            return None
 
         return cleaned
     if type(extractor) is CompositeExtractor:

@@ -82,6 +82,10 @@ GAMES: dict[str, tuple[tuple[str, ...], dict[str, list[str]], str]] = {
 
 _TAXI_PLACES = ("R", "G", "Y", "B")
 
+_observation, _content = Observation._make, ObservationContent._make
+_state, _metadata, _step_result = State._make, StateMetadata._make, StepResult._make
+_tuple_new = tuple.__new__
+
 PROMPT = (
     "{goal}\n\nActions: {actions}.\nReply with the action to take, e.g. "
     "<action>{first}</action>.\n\n{board}"
@@ -110,6 +114,13 @@ def _plain(value: Any) -> Any:
     kind = type(value)
     if kind in _SCALARS:
         return value
+    if kind is dict:
+        # Gym's info dicts are small and flat (``{"prob": 1.0}``): a plain copy then.
+        for k, v in value.items():
+            if type(k) is not str or type(v) not in _SCALARS:
+                break
+        else:
+            return value.copy()
     if kind is dict or isinstance(value, dict):
         return {
             k if type(k) is str else str(k): v if type(v) in _SCALARS else _plain(v)
@@ -205,12 +216,6 @@ class GymnasiumEnvironment(EpisodeMembers):
         )
         self._answer = answer_function(self.extractor)
         self._answer_for = self.extractor
-
-    def _extract(self, text: str) -> str | None:
-        """``self.extractor.extract(text)[0]`` (rebuilt when the extractor is replaced)."""
-        if self._answer_for is not self.extractor:
-            self._answer, self._answer_for = answer_function(self.extractor), self.extractor
-        return self._answer(text)
 
     def _board_of(self, obs: Any) -> str:
         """:meth:`render_text` of ``obs``, cached."""
@@ -336,12 +341,16 @@ class GymnasiumEnvironment(EpisodeMembers):
         return state, {"seed": seed, "gym_info": gym_info}
 
     def step(self, state: State[GymHidden], action: Action) -> StepResult[GymHidden]:
-        self._tracker.validate(state, self._spec.name)
+        tracker = self._tracker
+        if state is not tracker.latest:
+            tracker.validate(state, self._spec.name)
         meta = state.metadata
         if meta.is_terminal:
             raise ValueError(f"{self._spec.name}: the episode has ended; call reset()")
         reply = action.text or ""
-        extracted = self._extract(reply)
+        if self._answer_for is not self.extractor:  # the extractor was replaced
+            self._answer, self._answer_for = answer_function(self.extractor), self.extractor
+        extracted = self._answer(reply)
         index = self.mapper.parse(extracted)
         step = meta.step + 1
         if index is None:
@@ -363,38 +372,41 @@ class GymnasiumEnvironment(EpisodeMembers):
         else:
             obs, reward, terminated, gym_truncated, info = self._raw.step(index)
             reward, terminated, gym_truncated = float(reward), bool(terminated), bool(gym_truncated)
-            text = board = self._board_of(obs)
-            obs, info = _plain(obs), _plain(info)
-            rewards = self._reward_bundle(reward)
+            try:  # every board of the supported games is cached after its first step
+                text = board = self._boards[obs]
+            except (KeyError, TypeError):
+                text = board = self._board_of(obs)
+            obs = obs if type(obs) in _SCALARS else _plain(obs)
+            info = _plain(info)
+            rewards = self._bundles.get(reward) or self._reward_bundle(reward)
         truncated = gym_truncated or (not terminated and step >= (self._spec.max_steps or 0))
         done = terminated or truncated
-        messages = (
-            *state.observation.messages,
+        # One tuple concatenation: the history grows every step, and ``(*old, a, b)`` would
+        # copy it twice (into a list, then a tuple).
+        messages = state.observation.messages + (
             {"role": "assistant", "content": reply},
             {"role": "user", "content": text},
         )
         data = {"gym_info": info, "gym_reward": reward, "episode_step": step}
-        observation = Observation(
-            text,
-            messages,
-            task=state.observation.task,
-            state=ObservationContent(text=board, data=data),
+        # Every value below is built here, so the fast constructors' lack of checks is safe;
+        # the generated __init__s (one object.__setattr__ per field) of the five frozen
+        # objects would cost about a third of the step.
+        observation = _observation(
+            text, messages, (), (), (), state.observation.task, _content(board, (), data)
         )
         total = state.hidden.total_reward + reward
-        hidden = GymHidden(obs, total, state.hidden.seed)
+        hidden = _tuple_new(GymHidden, (obs, total, state.hidden.seed))
         meta_info = {"extracted_answer": extracted, "total_reward": total}
-        next_state = State(
-            observation, hidden, StateMetadata(step, meta.episode_id, done, meta_info)
-        )
-        self._tracker.track(next_state)
-        return StepResult(
-            next_state=next_state,
-            rewards=rewards,
-            terminated=terminated,
-            truncated=truncated,
-            extracted_action=extracted,
-            resolved_action=None if index is None else self.mapper.format_action(index),
-            info={"gym_info": info, "action_index": index},
+        next_state = _state(observation, hidden, _metadata(step, meta.episode_id, done, meta_info))
+        tracker.track(next_state)
+        return _step_result(
+            next_state,
+            rewards,
+            terminated,
+            truncated,
+            extracted,
+            None if index is None else self.mapper.format_action(index),
+            {"gym_info": info, "action_index": index},
         )
 
     def compute_rewards(
