@@ -373,7 +373,7 @@ def run_rollout(
     for r, part in zip(rolled, parts):
         if part.failed:  # never served from the cache: a rerun retries what failed
             Path(r["path"]).unlink(missing_ok=True)
-    keys = ("written", "existing", "unsampled", "spans", "seconds")
+    keys = ("written", "existing", "unsampled", "spans", "seconds", "tail_s")
     return {
         "scored_path": path,
         "written": written["rows"],

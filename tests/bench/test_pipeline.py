@@ -127,6 +127,7 @@ def test_tracing_part_times_traced_and_untraced_rollout_flows(bench, prefect_api
     assert out["target_ratio"] == 0.10 and isinstance(out["ok"], bool)
     assert out["write_cost_per_trace_ms"] > 0
     assert 0 < out["write_cost_per_span_ms"] <= out["write_cost_per_trace_ms"]
+    assert len(out["tail_s"]) == 1 and 0 <= out["tail_s"][0] <= out["rollout_flow_traced_s"]
 
 
 def test_trace_write_part_counts_the_traces_it_wrote(bench, tmp_path):

@@ -289,6 +289,7 @@ def test_trace_stream_writes_batches_while_trajectories_arrive_and_reports_failu
         stream.put(_trajectory(i), {"total": float(i % 2)}, key=f"{i}:t{i}")
     report = stream.close()
     assert report["written"] == 5 and sum(writer.batches) == 5 and max(writer.batches) <= 2
+    assert report["tail_s"] >= 0  # how long close() waited for the writer
     import mlflow
 
     traces = mlflow.MlflowClient(uri).search_traces(locations=[exp])
@@ -324,6 +325,61 @@ def test_trace_stream_close_flushes_at_once_instead_of_waiting_for_a_full_batch(
     closer.join(timeout=120)  # far below max_wait_s: only a flush on close gets here in time
     assert not closer.is_alive(), "close() waited for the batch to fill"
     assert stream.report["closed"]["written"] == 1
+
+
+@pytest.mark.slow
+def test_helper_mode_waits_for_a_batch_whose_last_key_is_scrubbed(tmp_path, monkeypatch):
+    """In the helper, a batch waits for its traces by looking up its last trace key as
+    stored, i.e. scrubbed; looking up the raw key would never match and would wait out
+    ``STORE_TIMEOUT_S``, then fall back to ``mlflow.flush_trace_async_logging`` (made to
+    raise here, so that path fails the test)."""
+    import mlflow
+
+    from twinkle.tracking import traces
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    exp = MLflowTracker(uri, experiment="helper", artifact_location=str(tmp_path / "mlruns"))
+    secret_key = "1:key sk-ant-api03-abcdefghijklmnopqrstuv"
+    monkeypatch.setattr(traces, "HELPER_PROCESS", True)
+    monkeypatch.setattr(traces, "STORE_TIMEOUT_S", 60.0)
+
+    def no_flush():
+        raise AssertionError("the batch's traces were never found in the store")
+
+    monkeypatch.setattr(mlflow, "flush_trace_async_logging", no_flush)
+    previous = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
+    try:
+        report = TraceWriter(uri, exp.experiment_id, "session-h").write(
+            [_trajectory(0), _trajectory(1)],
+            [{"total": 1.0}, {"total": 0.0}],
+            keys=["0:t0", secret_key],
+            existing=set(),
+        )
+    finally:
+        mlflow.set_tracking_uri(previous)
+    assert report.written == 2
+    stored = mlflow.MlflowClient(uri).search_traces(locations=[exp.experiment_id])
+    assert {t.info.tags["twinkle.trace_key"] for t in stored} == {"0:t0", "1:key [REDACTED]"}
+    assert all(len(t.info.assessments) == 1 for t in stored)  # feedback on both
+
+
+def test_sqlite_store_is_put_in_wal_mode_unless_turned_off(tmp_path, monkeypatch):
+    import sqlite3
+
+    from twinkle.tracking.tracker import sqlite_wal
+
+    def mode(path):
+        with sqlite3.connect(path) as db:
+            return db.execute("PRAGMA journal_mode").fetchone()[0]
+
+    assert MLflowTracker(f"sqlite:///{tmp_path / 'a.db'}", experiment="w").experiment_id
+    assert mode(tmp_path / "a.db") == "wal"
+    monkeypatch.setenv("TWINKLE_SQLITE_WAL", "0")
+    assert MLflowTracker(f"sqlite:///{tmp_path / 'b.db'}", experiment="w").experiment_id
+    assert mode(tmp_path / "b.db") == "delete"
+    monkeypatch.delenv("TWINKLE_SQLITE_WAL")
+    assert not sqlite_wal(f"sqlite:///{tmp_path / 'missing.db'}")
+    assert not (tmp_path / "missing.db").exists()  # never creates a store
 
 
 def test_scrub_text_prefilter_never_changes_the_result():

@@ -81,6 +81,8 @@ _KNOWN_KEYS: dict[tuple[str, str, str], set[str]] = {}
 HELPER_PROCESS = False
 #: How long a batch waits for MLflow's background export to store its traces.
 STORE_TIMEOUT_S = 120.0
+#: Seconds MLflow's export took per trace in this process (moving average; see _wait_stored).
+_EXPORT_S_PER_TRACE = 0.02
 
 
 @dataclass(slots=True)
@@ -260,36 +262,47 @@ class TraceWriter:
             trace_ids = [self._trace(mlflow, p, batch) for p in pending]
             # Spans are exported in the background; a trace must be stored before feedback
             # can be attached to it.
-            self._wait_stored(mlflow, batch, len(pending))
+            self._wait_stored(mlflow, batch, scrub_text(pending[-1].key), len(pending))
             for trace_id, p in zip(trace_ids, pending):
                 self._feedback(mlflow, trace_id, p.trajectory, p.reward)
         return trace_ids
 
-    def _wait_stored(self, mlflow: Any, batch: str, n: int) -> None:
+    def _wait_stored(self, mlflow: Any, batch: str, last_key: str, n: int) -> None:
         """Until the ``n`` traces of ``batch`` are in the store. In the helper process (whose
-        span batches export every 50 ms): look them up by their batch tag, then
-        ``mlflow.flush_trace_async_logging`` if they are late; elsewhere flush at once."""
+        span batches export every 50 ms, in order, by one thread): wait about as long as
+        exporting them took per trace so far, then look up the batch's last trace alone (a
+        one-row query) until it is there, then check the whole batch once; elsewhere flush
+        at once. Late past ``STORE_TIMEOUT_S``: ``mlflow.flush_trace_async_logging``."""
+        global _EXPORT_S_PER_TRACE
         if not HELPER_PROCESS:
             mlflow.flush_trace_async_logging()
             return
         from mlflow import MlflowClient
 
         client = MlflowClient(self.tracking_uri)
-        deadline = time.monotonic() + STORE_TIMEOUT_S
-        time.sleep(min(0.5, 0.004 * n))  # about what exporting them takes
-        while True:
-            found = client.search_traces(
-                locations=[self.experiment_id],
-                filter_string=f"tag.`twinkle.batch` = '{batch}'",
-                include_spans=False,
-                max_results=max(n, 1),
-            )
-            if len(found) >= n:
-                return
-            if time.monotonic() > deadline:
-                mlflow.flush_trace_async_logging()  # the feedback then fails for one not stored
-                return
-            time.sleep(0.05)
+        started = time.monotonic()
+        deadline = started + STORE_TIMEOUT_S
+        in_batch = f"tag.`twinkle.batch` = '{batch}'"
+        last = f"{in_batch} AND tag.`twinkle.trace_key` = '{_quote(last_key)}'"
+        time.sleep(min(2.0, 0.9 * _EXPORT_S_PER_TRACE * n))
+        for query, want in ((last, 1), (in_batch, n)):
+            while True:
+                found = client.search_traces(
+                    locations=[self.experiment_id],
+                    filter_string=query,
+                    include_spans=False,
+                    max_results=max(want, 1),
+                )
+                if len(found) >= want:
+                    break
+                if time.monotonic() > deadline:
+                    mlflow.flush_trace_async_logging()  # feedback then fails for one not stored
+                    return
+                # Each look-up is a query that takes the GIL from the export thread: look up
+                # less often the longer it takes (at most ~10% late, 0.2 s at most).
+                time.sleep(min(0.2, max(0.02, 0.1 * (time.monotonic() - started))))
+        # Moving average of the export time per trace: when the next batch looks first.
+        _EXPORT_S_PER_TRACE = 0.5 * _EXPORT_S_PER_TRACE + 0.5 * (time.monotonic() - started) / n
 
     def _trace(self, mlflow: Any, p: _Pending, batch: str) -> str:
         from mlflow.entities import NoOpSpan

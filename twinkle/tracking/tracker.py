@@ -4,7 +4,9 @@ MLflow (imported lazily, ~1 s) is the tracking store: users review params, metri
 artifacts and traces in ``mlflow ui``. Everything goes through ``MlflowClient`` with explicit
 run ids rather than MLflow's process-global "active run", because Prefect runs tasks in
 threads (or Ray workers) where a global run would be shared or missing. The tracker holds
-only strings, so it pickles to any worker.
+only strings, so it pickles to any worker. A SQLite store is switched to write-ahead-log
+mode when the tracker first opens it (``sqlite_wal``): the trace writer's many small
+transactions then cost one log sync each and never block the flow's readers.
 
 Idempotent on retries:
 * runs are found by tag before they are created (``twinkle.run_key``; stages by
@@ -27,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -130,6 +133,7 @@ class MLflowTracker:
                     self._experiment_id = exp.experiment_id
             else:
                 self._experiment_id = exp.experiment_id
+            sqlite_wal(self.tracking_uri)
         return self._experiment_id
 
     # -- runs --------------------------------------------------------------------------
@@ -418,6 +422,32 @@ class MLflowTracker:
     def trace_writer(self, run_id: str, session: str, **kwargs: Any) -> TraceWriter:
         """A ``TraceWriter`` whose traces link to ``run_id`` and group under ``session``."""
         return TraceWriter(self.tracking_uri, self.experiment_id, session, run_id=run_id, **kwargs)
+
+
+def sqlite_wal(tracking_uri: str) -> bool:
+    """Put a SQLite tracking store in write-ahead-log mode (``PRAGMA journal_mode=WAL``, kept
+    in the file; standard library ``sqlite3``). Traces are many small transactions (a trace,
+    its spans, one per feedback) from a helper process while the flow logs runs: in WAL mode
+    a commit syncs the log once instead of the journal and the database, and readers no
+    longer wait on the writer. Off with ``TWINKLE_SQLITE_WAL=0``; any other store, or a file
+    that cannot switch (read-only, locked), is left as it is. Returns whether WAL is on.
+
+    Example:
+        >>> sqlite_wal('http://127.0.0.1:5000')
+        False
+    """
+    if not tracking_uri.startswith("sqlite:///") or os.environ.get("TWINKLE_SQLITE_WAL") == "0":
+        return False
+    import sqlite3
+
+    path = tracking_uri[len("sqlite:///") :].split("?", 1)[0]
+    if not path or path == ":memory:" or not os.path.isfile(path):
+        return False
+    try:
+        with contextlib.closing(sqlite3.connect(path, timeout=5)) as db:
+            return db.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
+    except sqlite3.Error:
+        return False
 
 
 def file_digest(path: str) -> str:

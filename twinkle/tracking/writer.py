@@ -227,12 +227,15 @@ class TraceStream:
                         self.report[k] += got.get(k, 0)
 
     def close(self) -> dict[str, Any]:
-        """Write what is still queued, stop the thread, return the summed report."""
+        """Write what is still queued, stop the thread, return the summed report, with
+        ``tail_s``: how long this call waited for the writer (tracing's cost after the last
+        trajectory, what the caller sees of it)."""
+        started = time.perf_counter()
         self._queue.put(None)
         self._thread.join()
         if self._error is not None:
             raise self._error
-        return dict(self.report)
+        return {**self.report, "tail_s": time.perf_counter() - started}
 
 
 #: MLflow's background trace export in the helper (documented settings): spans of a whole
