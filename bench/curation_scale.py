@@ -4,7 +4,7 @@ Prints one JSON object (``bench/curation.py --stream ROWS`` runs it too):
 
 - ``stream`` / ``memory``: ``twinkle curate`` (default chain) on ``--rows`` agent rows of
   about 4.7 KB (JSONL in a temporary folder, deleted afterwards), as a fresh process: peak
-  RSS, wall seconds, rows/s, and the exact-dedup step's own CPU seconds. ``memory`` is the
+  RSS, wall and CPU seconds, rows/s, and the exact-dedup step's own CPU seconds. ``memory`` is the
   in-memory path (``curate_rows`` on the loaded rows, what ``twinkle curate`` did before).
   ``--rows`` may list several sizes: the RSS growth between them shows what grows with the
   input (``rss_growth_mb_per_100k_rows``).
@@ -12,9 +12,12 @@ Prints one JSON object (``bench/curation.py --stream ROWS`` runs it too):
   (text MB: the user and assistant text it shingles).
 - ``ray`` (``--ray``): the same chain on a local Ray cluster (a head and two worker nodes,
   one CPU each, started with ``ray start`` in a private temp dir and stopped afterwards)
-  against the single-process stream, same kept rows, and the throughput ratio.
+  against the single-process stream, interleaved over ``--rounds``: same kept rows, the
+  throughput ratio (best and median), the fixed cost (a 2,000-row run), the rate after it,
+  and the rows per second of task time (per worker) from the completion markers. The
+  machine's load average is printed before and after: the cores are shared.
 
-Usage: ``python bench/curation_scale.py --rows 50000 100000 [--ray]``.
+Usage: ``python bench/curation_scale.py --rows 50000 100000 [--ray] [--no-near]``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import os
 import random
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -122,30 +126,78 @@ def bench_near(n: int) -> dict[str, Any]:
     }
 
 
-def bench_ray(src: Path, tmp: Path, stream: dict[str, Any]) -> dict[str, Any]:
+def _curate(src: Path, out: Path, env: dict[str, str] | None = None, *extra: str) -> float:
+    """Wall seconds of one ``twinkle curate`` process (start-up and import included)."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "twinkle", "curate", str(src), "-o", str(out), "-q", *extra],
+        env=env, capture_output=True, text=True, timeout=3600,
+    )  # fmt: skip
+    if proc.returncode:
+        raise RuntimeError(proc.stderr[-2000:])
+    return time.perf_counter() - t0
+
+
+def _tasks(work: Path) -> dict[str, Any]:
+    """Per-task figures from the completion markers of the last pass: rows per second of
+    task time (wall, what a worker gave on these shared cores) and of task CPU time (what a
+    worker with a core to itself gives: the per-node rate on a real cluster)."""
+    marks = [json.loads(p.read_text()) for p in sorted(work.glob("seg0/chunk-*.done"))]
+    busy = sum(m["end"] - m["start"] for m in marks)
+    span = max(m["end"] for m in marks) - min(m["start"] for m in marks)
+    rows = sum(m["read"] for m in marks)
+    cpu = sum(m["cpu"] for m in marks)
+    return {"tasks": len(marks), "pass_span_s": round(span, 2), "task_s": round(busy, 2),
+            "task_cpu_s": round(cpu, 2), "rows_per_task_s": round(rows / busy),
+            "rows_per_task_cpu_s": round(rows / cpu)}  # fmt: skip
+
+
+def bench_ray(src: Path, tmp: Path, rows: int, rounds: int) -> dict[str, Any]:
     """The default chain on a head (no CPU) and two 1-CPU worker nodes, as separate
-    processes; the wall time includes connecting, not starting the cluster."""
+    processes, interleaved with the single-process stream on the same input; wall times
+    include process start-up and connecting, not starting the cluster. A 2,000-row run
+    gives the fixed cost; the markers give the busy time of each task (the per-worker rate,
+    what a node adds on a real cluster)."""
     from twinkle.testing.ray_local import LocalRayCluster
 
-    out = tmp / "out-ray.jsonl"
+    small = tmp / "small.jsonl"
+    with open(src, "rb") as f, open(small, "wb") as g:
+        g.writelines(line for _, line in zip(range(2000), f))
+    res: dict[str, Any] = {"workers": 2, "stream_s": [], "ray_s": [], "ray_small_s": [],
+                           "stream_small_s": [], "load_before": os.getloadavg()}  # fmt: skip
+    same = True
     with LocalRayCluster(workers=2, cpus=1, head_cpus=0, object_store_mb=1024) as cluster:
-        t0 = time.perf_counter()
-        proc = subprocess.run(
-            [sys.executable, "-m", "twinkle", "curate", str(src), "-o", str(out), "-q",
-             "--ray-address", cluster.address],
-            env=cluster.env, capture_output=True, text=True, timeout=3600,
-        )  # fmt: skip
-        wall = time.perf_counter() - t0
-    if proc.returncode:
-        return {"error": proc.stderr[-2000:]}
-    rows_per_s = stream["rows_in"] / wall
-    return {
-        "workers": 2,
-        "wall_s": round(wall, 1),
-        "rows_per_s": round(rows_per_s),
-        "same_kept_rows": out.read_bytes() == (tmp / "out-stream.jsonl").read_bytes(),
-        "throughput_vs_single_process_stream": round(rows_per_s / stream["rows_per_s"], 2),
-    }
+        ray = ("--ray-address", cluster.address)
+        for r in range(rounds):
+            work = tmp / f"work-{r}"
+            keep = ("--work-dir", str(work), "--resume")  # --resume keeps the markers
+            res["stream_s"].append(round(_curate(src, tmp / "out-stream.jsonl"), 2))
+            res["ray_s"].append(round(_curate(src, tmp / "out-ray.jsonl", cluster.env, *ray,
+                                              *keep), 2))  # fmt: skip
+            same &= (tmp / "out-ray.jsonl").read_bytes() == (tmp / "out-stream.jsonl").read_bytes()
+            res["tasks"] = _tasks(work)
+            shutil.rmtree(work)
+            res["stream_small_s"].append(round(_curate(small, tmp / "o.jsonl"), 2))
+            res["ray_small_s"].append(round(_curate(small, tmp / "o.jsonl", cluster.env, *ray), 2))
+    res["load_after"] = os.getloadavg()
+    best = {k: min(res[k]) for k in ("stream_s", "ray_s", "ray_small_s", "stream_small_s")}
+    med = {k: statistics.median(res[k]) for k in ("stream_s", "ray_s")}
+    res.update(
+        same_kept_rows=same,
+        stream_rows_per_s=round(rows / best["stream_s"]),
+        ray_rows_per_s=round(rows / best["ray_s"]),
+        throughput_vs_single_process_stream_best=round(best["stream_s"] / best["ray_s"], 2),
+        throughput_vs_single_process_stream_median=round(med["stream_s"] / med["ray_s"], 2),
+        ray_fixed_cost_s=best["ray_small_s"],
+        stream_fixed_cost_s=best["stream_small_s"],
+        ray_rows_per_s_after_fixed_cost=round(
+            (rows - 2000) / max(best["ray_s"] - best["ray_small_s"], 1e-9)
+        ),
+        stream_rows_per_s_after_fixed_cost=round(
+            (rows - 2000) / max(best["stream_s"] - best["stream_small_s"], 1e-9)
+        ),
+    )
+    return res
 
 
 def main() -> None:
@@ -156,12 +208,16 @@ def main() -> None:
     p.add_argument("--near-rows", type=int, default=2000)
     p.add_argument("--memory", action="store_true", help="also run the in-memory path")
     p.add_argument("--ray", action="store_true", help="also run on a local 3-node Ray cluster")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds of Ray vs stream")
+    p.add_argument("--no-near", action="store_true", help="skip the near-dedup figure")
     p.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         mode, src, out = args.child
         res = (_child_memory if mode == "memory" else _child_stream)(src, out)
-        res["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        use = resource.getrusage(resource.RUSAGE_SELF)
+        res["peak_rss_mb"] = round(use.ru_maxrss / 1024)
+        res["cpu_s"] = round(use.ru_utime + use.ru_stime, 1)  # steadier than wall on shared cores
         print(json.dumps(res))
         return
     tmp = Path(tempfile.mkdtemp(prefix="twinkle-scale-", dir="/tmp"))
@@ -179,7 +235,7 @@ def main() -> None:
                 ).read_bytes()
                 entry["same_output"] = same
             if args.ray:
-                entry["ray"] = bench_ray(src, tmp, entry["stream"])
+                entry["ray"] = bench_ray(src, tmp, n, args.rounds)
             result["sizes"].append(entry)
             src.unlink()
             for f in tmp.glob("out-*"):
@@ -193,7 +249,8 @@ def main() -> None:
                         (b["rows"] - a["rows"]) / 100_000
                     )
                     result[f"{mode}_rss_growth_mb_per_100k_rows"] = round(growth, 1)
-        result["near_dedup"] = bench_near(args.near_rows)
+        if not args.no_near:
+            result["near_dedup"] = bench_near(args.near_rows)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(result, indent=1))

@@ -74,7 +74,10 @@ CHAINS = [
 @pytest.mark.parametrize("chain", CHAINS)
 def test_stream_keeps_the_same_rows_as_in_memory(mixed, tmp_path, chain):
     _, inputs, rows = mixed
-    kept, stats = curate_rows(copy.deepcopy(rows), build_pipeline(chain), batch_size=16)
+    mem_log = tmp_path / "mem-dropped.jsonl"
+    kept, stats = curate_rows(
+        copy.deepcopy(rows), build_pipeline(chain), str(mem_log), batch_size=16
+    )
     out, log = tmp_path / "out.jsonl", tmp_path / "dropped.jsonl"
     s = curate_stream(inputs, out, log, chain, batch_size=16, shard_rows=50, progress=False)
     got = read_rows_list(out)
@@ -84,8 +87,27 @@ def test_stream_keeps_the_same_rows_as_in_memory(mixed, tmp_path, chain):
     assert s.rows_in == len(rows) and s.rows_out == len(kept)
     logged = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(logged) == len(rows) - len(kept)  # rows_in = kept + dropped
+    # the same log lines as the in-memory run (the order of the lines may differ)
+    assert sorted(log.read_text().splitlines()) == sorted(mem_log.read_text().splitlines())
     assert s.shards > 1
     assert not (tmp_path / ".out.jsonl.work").exists()  # removed without resume
+
+
+@pytest.mark.parametrize("chain", CHAINS)
+def test_stream_without_a_dropped_log_keeps_the_same_rows(mixed, tmp_path, chain):
+    # No dropped log: the rows reaching the last global step are not spooled, and groups
+    # that are not plain copies (truncations, branches) are read back from the input.
+    _, inputs, rows = mixed
+    kept, stats = curate_rows(copy.deepcopy(rows), build_pipeline(chain), batch_size=16)
+    out = tmp_path / "out.jsonl"
+    s = curate_stream(inputs, out, "", chain, batch_size=16, shard_rows=50, progress=False)
+    assert read_rows_list(out) == json.loads(json.dumps(kept))
+    assert _plain(s.stats) == _plain(stats)
+    assert (
+        s.rows_in
+        == len(rows)
+        == s.rows_out + sum(n for step in s.stats.steps.values() for n in step.dropped.values())
+    )
 
 
 def test_stream_resumes_at_the_shard(mixed, tmp_path):
@@ -119,3 +141,17 @@ def test_stream_resume_starts_afresh_when_settings_change(mixed, tmp_path):
     s = curate_stream(inputs, out, "", "dedup", shard_rows=30, work_dir=work, resume=True,
                       progress=False)  # fmt: skip
     assert s.shards_reused == 0
+
+
+def test_stream_resume_writes_a_dropped_log_the_first_run_did_not(mixed, tmp_path):
+    _, inputs, rows = mixed
+    chain = "dedup,hard,normalize"
+    out, log, work = tmp_path / "out.jsonl", tmp_path / "d.jsonl", tmp_path / "work"
+    first = curate_stream(
+        inputs, out, "", chain, shard_rows=40, work_dir=work, resume=True, progress=False
+    )
+    second = curate_stream(
+        inputs, out, log, chain, shard_rows=40, work_dir=work, resume=True, progress=False
+    )
+    assert second.rows_out == first.rows_out
+    assert len(log.read_text().splitlines()) == len(rows) - second.rows_out

@@ -5,16 +5,18 @@ keeps the same rows, in the same order, without holding the dataset:
 
 - per-row steps see ``batch_size`` rows at a time, read with ``twinkle.io.read_rows``
   (files, folders and globs, JSONL/JSON/Parquet, one row after another);
-- a global step (``dedup``, ``neardedup``) first reads the rows that reach it to build a
-  compact index and decide every row's fate (``twinkle.preprocessor.stream_global``), then
-  the rows stream again and are kept or dropped by that decision. Per-row steps before a
-  global step write their survivors to a spool file in the work folder, so they run once;
-- the rows after the last global step are cut into shards of ``shard_rows``. Each shard's
-  kept rows and dropped log are written to the work folder as the rows stream, and a
-  completion marker (``part-NNNNN.done``, holding the shard's counts) is written last, as
-  datatrove's executors do. ``resume=True`` reuses every shard with a marker, and every
-  global decision already taken, so a killed run restarts at the first unfinished shard;
-  a changed input, chain or setting starts afresh;
+- the last global step (``dedup``, ``neardedup``) shares one read with the per-row steps
+  around it (``twinkle.preprocessor.stream_last``): each row is parsed once, its keys go
+  to a compact index, the steps after the global step run on it at once (they are per-row,
+  so dropping the step's losers afterwards keeps the same rows), and the survivors are
+  spooled as bytes; once the index has decided, each shard's kept rows are copied as byte
+  ranges. An earlier global step first builds its decision from the rows that reach it
+  (``twinkle.preprocessor.stream_global``), the steps before it spooling their survivors;
+- the input is read in shards of ``shard_rows``; each shard's parts and dropped log are
+  written to the work folder with a completion marker (``part-NNNNN.done``), as datatrove's
+  executors do. ``resume=True`` reuses every shard with a marker, and every global decision
+  already taken, so a killed run restarts at the first unfinished shard; a changed input,
+  chain or setting starts afresh;
 - at the end the parts are joined into ``out`` (renamed into place) and the dropped log.
 
 Invariants kept: ``rows_in = kept + dropped`` per step and over the chain; longest-wins for
@@ -62,12 +64,14 @@ from twinkle.preprocessor.quality import (
     truncate_dropped_logs,
 )
 from twinkle.preprocessor.stream_global import Plan, Source, plan_global
+from twinkle.preprocessor.stream_last import Bar as _Bar
+from twinkle.preprocessor.stream_last import run_last, supported
 
 __all__ = ["StreamSummary", "curate_stream"]
 
 logger = logging.getLogger("twinkle.preprocessor")
 
-_FORMAT_VERSION = 1
+_FORMAT_VERSION = 2
 
 
 @dataclass
@@ -124,50 +128,9 @@ def _spool_rows(path: Path) -> Iterator[Any]:
             yield _loads(line)
 
 
-def _rss_mb() -> float:
-    try:
-        with open("/proc/self/statm") as fh:
-            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except OSError:  # not Linux: the peak instead
-        return _peak_rss_mb()
-
-
 def _peak_rss_mb() -> float:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
-
-
-class _Bar:
-    """A tqdm bar on stderr with rows/s and the memory in use; a no-op when disabled."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.bar: Any = None
-        self.last = 0.0
-
-    def start(self, desc: str, total: int | None) -> None:
-        self.close()
-        if self.enabled:
-            from tqdm import tqdm
-
-            self.bar = tqdm(
-                total=total, desc=desc, unit=" rows", unit_scale=True, file=sys.stderr,
-                mininterval=0.5, dynamic_ncols=True,
-            )  # fmt: skip
-
-    def tick(self, n: int) -> None:
-        if self.bar is not None and n:
-            self.bar.update(n)
-            now = time.monotonic()
-            if now - self.last > 1.0:
-                self.last = now
-                self.bar.set_postfix_str(f"mem {_rss_mb():,.0f} MB", refresh=False)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.set_postfix_str(f"mem {_rss_mb():,.0f} MB", refresh=False)
-            self.bar.close()
-            self.bar = None
 
 
 def _batches(rows: Iterable[Any], size: int) -> Iterator[list[Any]]:
@@ -197,8 +160,22 @@ def _settings_of(step: Any) -> str:
     """A step's public settings as text, without object addresses (stable across runs)."""
     import re
 
-    items = sorted((k, v) for k, v in getattr(step, "__dict__", {}).items() if k[:1] != "_")
+    items = sorted(
+        (k, _ordered(v)) for k, v in getattr(step, "__dict__", {}).items() if k[:1] != "_"
+    )
     return re.sub(r" at 0x[0-9a-fA-F]+", "", f"{type(step).__name__}{items!r}")
+
+
+def _ordered(value: Any) -> Any:
+    """``value`` with its sets sorted: a set's order (so its repr) changes from one process to
+    the next with string hashing, and a resumed run would never match the killed one."""
+    if isinstance(value, (set, frozenset)):
+        return sorted((_ordered(v) for v in value), key=repr)
+    if isinstance(value, (list, tuple)):
+        return [_ordered(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _ordered(v) for k, v in value.items()}
+    return value
 
 
 def _fingerprint(inputs: Any, stages: Sequence[Stage], settings: Mapping[str, Any]) -> str:
@@ -347,7 +324,12 @@ def _run(
     plan: Plan | None = None
     prev_name = ""
     rows_in: int | None = None
+    # The last global step, when it has a compact index, shares one read with the steps
+    # around it (``stream_last``); earlier ones build their plan first.
+    one_read = len(segments) > 1 and supported(segments[-2][1].step)  # type: ignore[union-attr]
     for gi, (perrow, gstage) in enumerate(segments[:-1]):
+        if one_read and gi == len(segments) - 2:
+            break
         assert gstage is not None
         sdir = work / f"stage{gi}"
         done = sdir / "done.json"
@@ -398,6 +380,36 @@ def _run(
         stats.merge(seg_stats)
         prev_name = name
         total = plan.kept
+
+    if one_read:
+        before, gstage = segments[-2]
+        assert gstage is not None
+        bar.start(f"read {len(segments) - 1}: {_label([*before, gstage, *segments[-1][0]])}",
+                  len(plan.codes) if plan is not None else total)  # fmt: skip
+        last_plan, last_name = plan, prev_name
+        # Without resume the parts serve nothing: the kept rows go straight to the output.
+        sink = None
+        if not resume and out_path.suffix.lower() == ".jsonl":
+            out_path.parent.mkdir(parents=True, exist_ok=True)
+            sink = out_path.with_name(f".{out_path.name}.tmp-{os.getpid()}")
+        try:
+            parts, part_logs, n_seen, reused, kept = run_last(
+                _marked(source, last_plan), before, gstage, segments[-1][0], work, fresh=fresh,
+                batch_size=batch_size, shard_rows=shard_rows, stats=stats, bar=bar,
+                drop_marked=lambda batch, log: _drop_marked(batch, last_plan, last_name, log),
+                on_shard=on_shard, log_drops=bool(dropped_path), sink=sink,
+                reread=None if before else lambda: (r for r, c in _marked(source, plan) if not c),
+            )  # fmt: skip
+            if sink is not None:
+                os.replace(sink, out_path)
+        finally:
+            if sink is not None:
+                sink.unlink(missing_ok=True)
+        logs.extend(part_logs)
+        return _finish_run(
+            stats, n_seen if rows_in is None else rows_in, parts, logs, reused, out_path,
+            dropped_path, append, kept if sink is not None else None,
+        )  # fmt: skip
 
     # The last segment, shard by shard.
     perrow = segments[-1][0]
@@ -452,10 +464,20 @@ def _run(
         if n < shard_rows:
             break
     bar.close()
-    if rows_in is None:
-        rows_in = n_seen
+    return _finish_run(
+        stats, n_seen if rows_in is None else rows_in, parts, logs, reused, out_path,
+        dropped_path, append,
+    )  # fmt: skip
 
-    rows_out = _join_parts(parts, out_path)
+
+def _finish_run(
+    stats: PipelineStats, rows_in: int, parts: list[Path], logs: list[Path], reused: int,
+    out_path: Path, dropped_path: str, append: bool, rows_out: int | None = None,
+) -> StreamSummary:  # fmt: skip
+    """Join the parts into ``out_path`` (unless written there: ``rows_out`` given) and the
+    dropped logs into ``dropped_path``."""
+    if rows_out is None:
+        rows_out = _join_parts(parts, out_path)
     if dropped_path:
         if not append:
             truncate_dropped_logs(dropped_path)

@@ -5,12 +5,12 @@ the rows that reach the step, in the same order each time) and returns ``Plan``:
 per row (0 = kept, else an index into ``Plan.reasons``). The caller then streams the rows
 again and keeps or drops each one by its code. The decisions equal the in-memory steps':
 
-- ``DedupFilter``: pass 1 keeps, per row, its 64-bit signature, message count and position
-  (20 bytes; rows are never held). Signatures seen once are kept at once. Only when a
-  signature is shared, pass 2 hashes those rows' messages (XXH3-128 of sorted-key JSON): a
-  group whose members are all equal keeps its first row, as the in-memory fast path does;
-  a group that is not (truncated copies, conversations that branch after the first
-  exchange) is resolved by pass 3 with the same ``_group_survivors`` on those rows alone.
+- ``DedupFilter``: one pass keeps, per row, its 64-bit signature, message count, position
+  and a hash of its messages (XXH3-128 of sorted-key JSON; 36 bytes, rows are never held,
+  ``ExactKeys``). Signatures seen once are kept. A shared signature whose members are all
+  equal keeps its first row, as the in-memory fast path does; a group that is not
+  (truncated copies, conversations that branch after the first exchange) is resolved by a
+  second read of those rows alone with the same ``_group_survivors`` (``decide_exact``).
 - ``NearDedupFilter``: one pass of ``sketch`` over batches (MinHash values, 4 bytes per
   permutation and row; at 128 permutations 512 bytes a row) and the same ``select``.
 - Any other global step is run on the rows it receives, held in memory (logged once).
@@ -82,7 +82,15 @@ class Plan:
         return {self.reasons[i]: int(n) for i, n in enumerate(counts.tolist()) if i and n}
 
 
-class _Reasons:
+class Reasons:
+    """Drop reasons as small codes: 0 is kept, each new reason gets the next code.
+
+    Example:
+        >>> r = Reasons()
+        >>> r.code('duplicate'), r.code('x'), r.code('duplicate'), r.names
+        (1, 2, 1, ['', 'duplicate', 'x'])
+    """
+
     def __init__(self) -> None:
         self.names = [""]
         self.index: dict[str, int] = {}
@@ -141,36 +149,90 @@ def _digest(messages: Any) -> tuple[int, int]:
 
 
 def _plan_exact(step: DedupFilter, source: Source, tick: Tick | None) -> Plan:
-    from array import array
-
-    reasons = _Reasons()
-    codes = array("H")
-    hashes, counts, positions = array("Q"), array("i"), array("q")
-    signature = step.signature
+    reasons = Reasons()
+    keys = ExactKeys()
     n = 0
-    for n, row in enumerate(source(), 1):  # pass 1: the index
-        reason = malformed_reason(row)
-        if reason is None:
-            try:
-                hashes.append(signature(row["messages"]))
-            except Exception as exc:  # noqa: BLE001  (a bad row is a drop, never a crash)
-                reason = f"malformed_row:{type(exc).__name__}"
-            else:
-                counts.append(len(row["messages"]))
-                positions.append(n - 1)
-        codes.append(0 if reason is None else reasons.code(reason))
+    for n, row in enumerate(source(), 1):  # one pass: the index, digests included
+        reason = keys.add(step.signature, n - 1, row)
+        if reason is not None:
+            keys.bad.append((n - 1, reason))
         if tick and n % 4096 == 0:
             tick(4096)
     if tick:
         tick(n % 4096)
-    out = np.array(codes, dtype=np.uint16)
-    if not positions:
-        return Plan(out, reasons.names)
-    h = np.frombuffer(hashes, dtype=np.uint64)
-    c = np.frombuffer(counts, dtype=np.int32)
-    p = np.frombuffer(positions, dtype=np.int64)
+    out = np.zeros(n, dtype=np.uint16)
+    for pos, reason in keys.bad:
+        out[pos] = reasons.code(reason)
+    decide_exact(out, reasons, *keys.arrays(), lambda wanted: _rows_at(source, wanted))
+    return Plan(out, reasons.names)
+
+
+class ExactKeys:
+    """Exact dedup's index of a run of rows: per row its 64-bit signature, message count,
+    position and 128-bit digest (36 bytes; rows are never held), and the malformed rows.
+
+    Example:
+        >>> from twinkle.preprocessor.dedup_filter import DedupFilter
+        >>> k = ExactKeys()
+        >>> k.add(DedupFilter().signature, 0, {'messages': []}), len(k.arrays()[0])
+        ('malformed_empty_messages', 0)
+    """
+
+    def __init__(self) -> None:
+        from array import array
+
+        self.hashes, self.counts, self.positions = array("Q"), array("i"), array("q")
+        self.d1, self.d2 = array("Q"), array("Q")
+        self.bad: list[tuple[int, str]] = []
+
+    def add(self, signature: Callable[[Any], int], pos: int, row: Any) -> str | None:
+        """Index ``row`` at ``pos``; returns its malformed reason (not indexed) or None."""
+        reason = malformed_reason(row)
+        if reason is not None:
+            return reason
+        try:
+            h = signature(row["messages"])
+        except Exception as exc:  # noqa: BLE001  (a bad row is a drop, never a crash)
+            return f"malformed_row:{type(exc).__name__}"
+        a, b = _digest(row["messages"])
+        self.hashes.append(h)
+        self.counts.append(len(row["messages"]))
+        self.positions.append(pos)
+        self.d1.append(a)
+        self.d2.append(b)
+        return None
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(hashes, counts, positions, digests (n, 2))`` as numpy arrays."""
+        d = np.stack(
+            [np.frombuffer(self.d1, dtype=np.uint64), np.frombuffer(self.d2, dtype=np.uint64)],
+            axis=1,
+        ).reshape(-1, 2)
+        return (
+            np.frombuffer(self.hashes, dtype=np.uint64),
+            np.frombuffer(self.counts, dtype=np.int32),
+            np.frombuffer(self.positions, dtype=np.int64),
+            d,
+        )
+
+
+def decide_exact(
+    out: np.ndarray,
+    reasons: Reasons,
+    h: np.ndarray,
+    c: np.ndarray,
+    p: np.ndarray,
+    digests: np.ndarray,
+    rows_at: Callable[[np.ndarray], Iterator[tuple[int, Any]]],
+) -> None:
+    """Mark in ``out`` the rows exact dedup drops, from the index ``(h, c, p, digests)``:
+    a shared signature whose members are all equal keeps its first row (most messages,
+    then position), as the in-memory fast path does; other groups are resolved with
+    ``_group_survivors`` on their rows alone, read through ``rows_at(sorted positions)``."""
+    if not len(p):
+        return
     perm = np.lexsort((p, -c, h))  # the order DedupFilter._winners uses
-    order, sh = p[perm], h[perm]
+    order, sh, sd = p[perm], h[perm], digests[perm]
     first = np.ones(len(order), dtype=bool)
     first[1:] = sh[1:] != sh[:-1]
     last = np.ones(len(order), dtype=bool)
@@ -178,31 +240,24 @@ def _plan_exact(step: DedupFilter, source: Source, tick: Tick | None) -> Plan:
     starts = np.flatnonzero(first & ~last)
     ends = np.flatnonzero(last & ~first)
     if not len(starts):
-        return Plan(out, reasons.names)
+        return
     dup = reasons.code(DUPLICATE)
     # Every member of a shared signature is a duplicate until its group says otherwise.
-    in_group = ~(first & last)
-    out[order[in_group]] = dup
-    members = np.sort(order[in_group])
-    digests = np.zeros((len(members), 2), dtype=np.uint64)
-    for pos, row in _rows_at(source, members):  # pass 2: digests of members only
-        digests[np.searchsorted(members, pos)] = _digest(row["messages"])
+    out[order[~(first & last)]] = dup
     complex_groups: list[list[int]] = []
     for s, e in zip(starts.tolist(), ends.tolist()):
-        group = order[s : e + 1]
-        d = digests[np.searchsorted(members, group)]
+        d = sd[s : e + 1]
         if (d == d[0]).all():  # exact copies: the first (most messages, then position) wins
-            out[group[0]] = 0
+            out[order[s]] = 0
         else:
-            complex_groups.append(group.tolist())
-    if complex_groups:  # pass 3: rows of groups that are not plain copies, compared in full
+            complex_groups.append(order[s : e + 1].tolist())
+    if complex_groups:  # rows of groups that are not plain copies, compared in full
         wanted = np.sort(np.concatenate([np.asarray(g, dtype=np.int64) for g in complex_groups]))
-        held = {pos: {"messages": row["messages"]} for pos, row in _rows_at(source, wanted)}
+        held = {pos: {"messages": row["messages"]} for pos, row in rows_at(wanted)}
         for group in complex_groups:
             for pos in _group_survivors(held, group):  # type: ignore[arg-type]
                 out[pos] = 0
         logger.info("dedup: %d signature groups compared in full", len(complex_groups))
-    return Plan(out, reasons.names)
 
 
 def _rows_at(
@@ -225,7 +280,7 @@ def _rows_at(
 
 
 def _plan_near(step: NearDedupFilter, source: Source, tick: Tick | None) -> Plan:
-    reasons = _Reasons()
+    reasons = Reasons()
     codes: list[np.ndarray] = []
     keys, sigs, has = [], [], []
     batch: list[Any] = []
@@ -252,14 +307,22 @@ def _plan_near(step: NearDedupFilter, source: Source, tick: Tick | None) -> Plan
     if batch:
         flush()
     out = np.concatenate(codes) if codes else np.zeros(0, dtype=np.uint16)
-    if not keys:
-        return Plan(out, reasons.names)
-    k = np.concatenate(keys)
-    keep = step.select(k, np.concatenate(sigs), np.concatenate(has))
-    losers = np.setdiff1d(k[:, 2], keep)
+    if keys:
+        decide_near(step, out, reasons, np.concatenate(keys), np.concatenate(sigs),
+                    np.concatenate(has))  # fmt: skip
+    return Plan(out, reasons.names)
+
+
+def decide_near(
+    step: NearDedupFilter, out: np.ndarray, reasons: Reasons, k: np.ndarray, sigs: np.ndarray,
+    has: np.ndarray,
+) -> None:  # fmt: skip
+    """Mark in ``out`` the rows ``step.select`` drops, from the sketches of all rows."""
+    if not len(k):
+        return
+    losers = np.setdiff1d(k[:, 2], step.select(k, sigs, has))
     if len(losers):
         out[losers] = reasons.code(NEAR_DUPLICATE)
-    return Plan(out, reasons.names)
 
 
 def _plan_in_memory(step: Any, source: Source, tick: Tick | None) -> Plan:
@@ -271,7 +334,7 @@ def _plan_in_memory(step: Any, source: Source, tick: Tick | None) -> Plan:
     if tick:
         tick(len(rows))
     kept, dropped = step(rows)
-    reasons = _Reasons()
+    reasons = Reasons()
     out = np.zeros(len(rows), dtype=np.uint16)
     kept_ids = Counter(id(r) for r in kept)
     for i, row in enumerate(rows):
