@@ -112,6 +112,20 @@ def _markers(work):
     return {str(p.relative_to(work)): p.stat().st_mtime_ns for p in work.rglob("*.done")}
 
 
+def _settled_markers(work, quiet_s=3.0, limit_s=60.0):
+    """The markers once no new one has appeared for ``quiet_s``: a task the killed driver
+    had started may still finish on a worker and write its marker after the driver died."""
+    import time
+
+    seen, since, start = _markers(work), time.monotonic(), time.monotonic()
+    while time.monotonic() - since < quiet_s and time.monotonic() - start < limit_s:
+        time.sleep(0.5)
+        now = _markers(work)
+        if now != seen:
+            seen, since = now, time.monotonic()
+    return seen
+
+
 def test_a_killed_ray_run_resumes_at_the_chunk_and_keeps_the_same_rows(cluster, tmp_path):
     import os
 
@@ -148,7 +162,7 @@ def test_a_killed_ray_run_resumes_at_the_chunk_and_keeps_the_same_rows(cluster, 
     assert chunks and len(chunks) < n_chunks  # finished chunks recorded, the broken one not
     # Run 2 is killed once it has computed one more chunk of the last pass.
     assert drive(die_after=1).returncode == 3
-    before = _markers(work)
+    before = _settled_markers(work)
     assert len(before) > len(after_fail)
     proc = drive()
     assert proc.returncode == 0, proc.stderr[-3000:]

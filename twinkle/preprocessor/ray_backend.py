@@ -81,6 +81,7 @@ from twinkle.preprocessor.stream import (
     _peak_rss_mb,
     _stats_from,
     _write_json_atomic,
+    open_work,
 )
 
 logger = logging.getLogger("twinkle.preprocessor")
@@ -129,21 +130,8 @@ def curate_ray(
     keep = resume if keep_work is None else keep_work
     settings = {"batch_size": batch_size, "format": input_format, "chunk_bytes": chunk_bytes,
                 "backend": "ray"}  # fmt: skip
-    fp = _fingerprint(inputs, stages, settings)
-    manifest = work / "manifest.json"
-    fresh = True
-    if resume and manifest.is_file():
-        try:
-            fresh = json.loads(manifest.read_text()).get("fingerprint") != fp
-        except ValueError:
-            fresh = True
-        if fresh:
-            logger.warning("%s: inputs, chain or settings changed; starting afresh", work)
-    if fresh:
-        shutil.rmtree(work, ignore_errors=True)
+    open_work(work, _fingerprint(inputs, stages, settings), settings, resume)
     (work / "dropped").mkdir(parents=True, exist_ok=True)
-    if fresh:
-        _write_json_atomic(manifest, {"fingerprint": fp, "settings": settings})
     try:
         summary = _run(
             inputs, out_path, str(dropped or ""), names, params, stages, work, batch_size,

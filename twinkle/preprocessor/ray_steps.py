@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from twinkle.preprocessor.events import Events, apply_steps
 from twinkle.preprocessor.stream import _dumps, _loads
 
 #: Steps that load models or large resources: run in an actor pool, built once per actor.
@@ -175,42 +176,9 @@ def _built(names: Sequence[str], params: Mapping[str, Any]) -> tuple[Any, ...]:
     return _BUILT[key]
 
 
-class Events:
-    """What a run of per-row steps did to each row: drops (step, reason) and tags, by
-    position, so counts can be taken later over any subset of the rows (those a global
-    step keeps), plus the dropped rows' log lines and each step's seconds."""
-
-    def __init__(self, names: Sequence[str]) -> None:
-        self.names = list(names)
-        self.pos: list[int] = []
-        self.step: list[int] = []
-        self.kind: list[int] = []  # 0: dropped with label ``val``; 1: tagged ``val``
-        self.val: list[int] = []
-        self.labels: list[str] = []  # JSON of each reason or tag
-        self._index: dict[str, int] = {}
-        self.seconds = [0.0] * len(self.names)
-        self.log: list[str] = []  # one line per drop, in the order of the drop events
-
-    def add(self, pos: int, step: int, kind: int, value: Any) -> None:
-        key = json.dumps(value, default=str)
-        if key not in self._index:
-            self._index[key] = len(self.labels)
-            self.labels.append(key)
-        self.pos.append(pos)
-        self.step.append(step)
-        self.kind.append(kind)
-        self.val.append(self._index[key])
-
-    def arrays(self) -> dict[str, np.ndarray]:
-        return {
-            "pos": np.array(self.pos, np.int64), "step": np.array(self.step, np.int16),
-            "kind": np.array(self.kind, np.int8), "val": np.array(self.val, np.int32),
-        }  # fmt: skip
-
-
 def run_steps(seg: Mapping[str, Any], items: Items, batch: int) -> tuple[Items, Events]:
     """The segment's per-row steps over ``items``, ``batch`` rows at a time."""
-    from twinkle.preprocessor.quality import _IDX, _log_line, _run_step
+    from twinkle.preprocessor.quality import _IDX
 
     ev = Events(seg["display"])
     if not seg["names"]:
@@ -219,23 +187,7 @@ def run_steps(seg: Mapping[str, Any], items: Items, batch: int) -> tuple[Items, 
     out: Items = []
     for k0 in range(0, len(items), batch):
         rows = [{**row, _IDX: p} for p, row in items[k0 : k0 + batch]]
-        for k, (step, name) in enumerate(zip(steps, ev.names)):
-            if not rows:
-                break
-            t0 = time.perf_counter()
-            kept, dropped = _run_step(step, name, rows)
-            ev.seconds[k] += time.perf_counter() - t0
-            for d in dropped:
-                p = d.get(_IDX) if isinstance(d, dict) else None
-                if not isinstance(p, int):
-                    raise RuntimeError(f"step {name} dropped a row without its position")
-                ev.add(p, k, 0, d.get("drop_reason") or name)
-                ev.log.append(_log_line(name, d))  # without the position and drop_reason
-            tag_field = getattr(step, "tag_field", None)
-            if isinstance(tag_field, str):
-                for r in kept:
-                    ev.add(r[_IDX], k, 1, r.get(tag_field))
-            rows = kept
+        rows = apply_steps(steps, rows, ev, ev.log)
         out.extend((r.pop(_IDX), r) for r in rows)
     return out, ev
 

@@ -178,6 +178,26 @@ def _ordered(value: Any) -> Any:
     return value
 
 
+def open_work(work: Path, fp: str, settings: Mapping[str, Any], resume: bool) -> bool:
+    """Make ``work`` ready for a run whose inputs, chain and settings hash to ``fp``;
+    whether it starts afresh. With ``resume`` a work folder of the same ``fp`` is kept
+    (its finished shards are reused); otherwise, or when ``fp`` changed, it is emptied."""
+    manifest = work / "manifest.json"
+    fresh = True
+    if resume and manifest.is_file():
+        try:
+            fresh = json.loads(manifest.read_text()).get("fingerprint") != fp
+        except ValueError:
+            fresh = True
+        if fresh:
+            logger.warning("%s: inputs, chain or settings changed; starting afresh", work)
+    if fresh:
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True, exist_ok=True)
+        _write_json_atomic(manifest, {"fingerprint": fp, "settings": dict(settings)})
+    return fresh
+
+
 def _fingerprint(inputs: Any, stages: Sequence[Stage], settings: Mapping[str, Any]) -> str:
     """What decides the result: the sources (path, size, mtime), the chain and the settings."""
     from twinkle import io_formats
@@ -278,20 +298,7 @@ def _run(
     on_shard: Callable[[int, bool], None] | None,
 ) -> StreamSummary:
     settings = {"batch_size": batch_size, "shard_rows": shard_rows, "format": input_format}
-    fp = _fingerprint(inputs, stages, settings)
-    manifest = work / "manifest.json"
-    fresh = True
-    if resume and manifest.is_file():
-        try:
-            fresh = json.loads(manifest.read_text()).get("fingerprint") != fp
-        except ValueError:
-            fresh = True
-        if fresh:
-            logger.warning("%s: inputs, chain or settings changed; starting afresh", work)
-    if fresh:
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir(parents=True, exist_ok=True)
-        _write_json_atomic(manifest, {"fingerprint": fp, "settings": settings})
+    fresh = open_work(work, _fingerprint(inputs, stages, settings), settings, resume)
 
     # Segments: per-row steps, each run closed by a global step; the last has none.
     segments: list[tuple[list[Stage], Stage | None]] = []

@@ -44,6 +44,7 @@ import numpy as np
 
 from twinkle.preprocessor.chain import Stage
 from twinkle.preprocessor.dedup_filter import DedupFilter, NearDedupFilter
+from twinkle.preprocessor.events import Events, apply_steps
 from twinkle.preprocessor.quality import (
     PipelineStats,
     QualityPreprocessor,
@@ -126,57 +127,20 @@ def _write_json(path: Path, value: Any) -> None:
     os.replace(tmp, path)
 
 
-class _Events:
-    """What the steps after the global step did to each row: ``(pos, step, kind, label)``
-    (kind 0 dropped with reason ``label``, 1 tagged ``label``), labels as JSON text."""
-
-    def __init__(self, n_steps: int) -> None:
-        self.pos: list[int] = []
-        self.step: list[int] = []
-        self.kind: list[int] = []
-        self.val: list[int] = []
-        self.labels: list[str] = []
-        self._index: dict[str, int] = {}
-        self.seconds = [0.0] * n_steps
-
-    def add(self, pos: int, step: int, kind: int, value: Any) -> None:
-        key = json.dumps(value, default=str)
-        if key not in self._index:
-            self._index[key] = len(self.labels)
-            self.labels.append(key)
-        self.pos.append(pos)
-        self.step.append(step)
-        self.kind.append(kind)
-        self.val.append(self._index[key])
-
-
 def _run_after(
-    steps: Sequence[Any], names: Sequence[str], rows: list[Any], positions: list[int],
-    ev: _Events, drops: Any,
-) -> tuple[list[Any], list[int]]:  # fmt: skip
-    """``steps`` over ``rows`` (at ``positions``), recording events; the survivors."""
-    from twinkle.preprocessor.quality import _IDX, _log_line, _run_step
+    steps: Sequence[Any], rows: list[Any], positions: list[int], ev: Events, drops: Any
+) -> tuple[list[Any], list[int]]:
+    """``steps`` (named ``ev.names``) over ``rows`` (at ``positions``), recording events;
+    the survivors."""
+    from twinkle.preprocessor.quality import _IDX
 
-    current = [{**r, _IDX: p} for r, p in zip(rows, positions)]
     lines: list[str] = []
-    for k, (step, name) in enumerate(zip(steps, names)):
-        if not current:
-            break
-        t0 = time.perf_counter()
-        kept, dropped = _run_step(step, name, current)
-        ev.seconds[k] += time.perf_counter() - t0
-        for d in dropped:
-            p = d.get(_IDX) if isinstance(d, dict) else None
-            if not isinstance(p, int):
-                raise RuntimeError(f"step {name} dropped a row without its position")
-            ev.add(p, k, 0, d.get("drop_reason") or name)
-            if drops is not None:
-                lines.append(_log_line(name, d))
-        tag_field = getattr(step, "tag_field", None)
-        if isinstance(tag_field, str):
-            for r in kept:
-                ev.add(r[_IDX], k, 1, r.get(tag_field))
-        current = kept
+    current = apply_steps(
+        steps,
+        [{**r, _IDX: p} for r, p in zip(rows, positions)],
+        ev,
+        lines if drops is not None else None,
+    )
     if lines and drops is not None:
         drops.write(("\n".join(lines) + "\n").encode("utf-8"))
     out_pos = []
@@ -206,7 +170,7 @@ def _chunk(
     near_k, near_s, near_h = [], [], []
     bad: list[tuple[int, str]] = []
     copies: list[int] = []
-    ev = _Events(len(after))
+    ev = Events(after_names)
     out_pos: list[int] = []
     n = reach = 0
     gseconds = 0.0
@@ -255,9 +219,7 @@ def _chunk(
                 if lost:
                     pairs = [(r, p) for r, p in zip(rows, positions) if p not in lost]
                     rows, positions = [r for r, _ in pairs], [p for _, p in pairs]
-                survivors, spos = _run_after(
-                    after, after_names, rows, positions, ev, fd if log_drops else None
-                )
+                survivors, spos = _run_after(after, rows, positions, ev, fd if log_drops else None)
                 if survivors:
                     fo.write(b"\n".join(_dumps(r) for r in survivors) + b"\n")
                 out_pos.extend(spos)
