@@ -30,15 +30,25 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m twinkle.synthetic", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--rows", type=int, default=100)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rows", type=int, default=100, help="rows to write (default: 100)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="the same seed gives the same bytes (default: 0)"
+    )
     parser.add_argument(
         "-o", "--output", required=True, help="JSONL file to write ('-' for stdout)"
     )
     parser.add_argument("--defects", action="store_true", help="inject labelled defects")
-    parser.add_argument("--defect-rate", type=float, default=0.35)
     parser.add_argument(
-        "--target-bytes", type=int, default=0, help="grow rows to about this many bytes"
+        "--defect-rate",
+        type=float,
+        default=0.35,
+        help="share of rows given a defect, with --defects (default: 0.35)",
+    )
+    parser.add_argument(
+        "--target-bytes",
+        type=int,
+        default=0,
+        help="grow rows to about this many bytes (default: 0, their natural size)",
     )
     parser.add_argument(
         "--langs", default=",".join(LANGS), help="comma-separated subset of en,zh,ja,ko"
