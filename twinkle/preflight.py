@@ -21,7 +21,7 @@ import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from twinkle.errors import TwinkleError
 from twinkle.rollout.base import endpoint_label
@@ -121,16 +121,13 @@ def split_credentials(url: str) -> tuple[str, str | None, str | None]:
     (None each when absent; a URL without credentials comes back unchanged)."""
     if not _CREDENTIALS_RE.match(url):
         return url, None, None
-    scheme, rest = url.split("://", 1)
-    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
-    userinfo, host = rest[:end].rsplit("@", 1)
-    user, _, password = userinfo.partition(":")
-    from urllib.parse import unquote
-
+    parts = urlsplit(url)
+    host = parts.netloc.rsplit("@", 1)[1]
+    user, password = parts.username, parts.password
     return (
-        f"{scheme}://{host}{rest[end:]}",
-        unquote(user) or None,
-        unquote(password) if ":" in userinfo else None,
+        urlunsplit(parts._replace(netloc=host)),
+        unquote(user) if user else None,
+        None if password is None else unquote(password),
     )
 
 
@@ -145,7 +142,8 @@ def check_credentials(url: str | None, what: str, fix: str) -> str | None:
     """
     if not url or not _CREDENTIALS_RE.match(url):
         return None
-    masked = url.split("://", 1)[0] + "://***@" + split_credentials(url)[0].split("://", 1)[1]
+    parts = urlsplit(url)
+    masked = urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
     return (
         f"{what} {masked!r} carries credentials, which Prefect and MLflow would store with "
         f"the run: remove them from the URL and {fix}"
