@@ -25,16 +25,14 @@
 Prints one JSON object. ``--quick`` for a small run; ``--only PART`` (repeatable: run,
 overhead, tracing, trace-write) for some parts.
 
-Last figures (2 cores shared with other work, load average 4-8 during the run; no target met):
-``twinkle run`` 79.9 s (target < 60); overhead +218% traced, +32% untraced (target 15%;
-cold round +215%); tracing +53% (min of 3) / +96% (median), tail after the last
-trajectory 6.1-6.8 s; trace writing 24.4 ms CPU, 57 ms wall per trace. Part 3 alone, this
-change against the code before it, alternated in one session (load 3-4): +25% to +99% (min),
-+23% to +35% (median), write cost 72-83 ms/trace, against +76% to +86% (min), +26% to +59%
-(median), 83-87 ms/trace before. Where the time goes: the trace writer falls behind the
-rollout (MLflow's SQL store takes ~20 ms CPU per trace: ``start_trace`` after ``log_spans``
-upserts each tag and metadata row one by one, about half of it; one transaction per
-feedback) and the rollout then waits for it (``tail_s``).
+Last figures (2 cores, quiet machine, load about 0.5-2): ``twinkle run`` 30.6 s (target
+< 60); tracing +13.9% (min and median of 3, target 10%), tail after the last trajectory
+0.7-1.0 s; trace writing 23 ms CPU, 24 ms wall per trace. Before the trace writer stopped
+sizing its first wait from a moving average of past waits (which fed on itself), the same
+runs gave +28-40% and 55 ms wall per trace. What is left is MLflow's SQL store, about 20 ms
+CPU per trace (``start_trace`` after ``log_spans`` upserts each tag and metadata row one by
+one, about half of it; one transaction per feedback), which the rollout waits for at the end
+(``tail_s``) because trajectories at high concurrency finish together.
 """
 
 from __future__ import annotations

@@ -81,8 +81,6 @@ _KNOWN_KEYS: dict[tuple[str, str, str], set[str]] = {}
 HELPER_PROCESS = False
 #: How long a batch waits for MLflow's background export to store its traces.
 STORE_TIMEOUT_S = 120.0
-#: Seconds MLflow's export took per trace in this process (moving average; see _wait_stored).
-_EXPORT_S_PER_TRACE = 0.02
 
 
 @dataclass(slots=True)
@@ -269,11 +267,10 @@ class TraceWriter:
 
     def _wait_stored(self, mlflow: Any, batch: str, last_key: str, n: int) -> None:
         """Until the ``n`` traces of ``batch`` are in the store. In the helper process (whose
-        span batches export every 50 ms, in order, by one thread): wait about as long as
-        exporting them took per trace so far, then look up the batch's last trace alone (a
-        one-row query) until it is there, then check the whole batch once; elsewhere flush
-        at once. Late past ``STORE_TIMEOUT_S``: ``mlflow.flush_trace_async_logging``."""
-        global _EXPORT_S_PER_TRACE
+        span batches export every 50 ms, in order, by one thread): look up the batch's last
+        trace alone (a one-row query) until it is there, then check the whole batch once;
+        elsewhere flush at once. Late past ``STORE_TIMEOUT_S``:
+        ``mlflow.flush_trace_async_logging``."""
         if not HELPER_PROCESS:
             mlflow.flush_trace_async_logging()
             return
@@ -284,7 +281,7 @@ class TraceWriter:
         deadline = started + STORE_TIMEOUT_S
         in_batch = f"tag.`twinkle.batch` = '{batch}'"
         last = f"{in_batch} AND tag.`twinkle.trace_key` = '{_quote(last_key)}'"
-        time.sleep(min(2.0, 0.9 * _EXPORT_S_PER_TRACE * n))
+        time.sleep(min(0.5, 0.004 * n))  # about the least that exporting them takes
         for query, want in ((last, 1), (in_batch, n)):
             while True:
                 found = client.search_traces(
@@ -301,8 +298,6 @@ class TraceWriter:
                 # Each look-up is a query that takes the GIL from the export thread: look up
                 # less often the longer it takes (at most ~10% late, 0.2 s at most).
                 time.sleep(min(0.2, max(0.02, 0.1 * (time.monotonic() - started))))
-        # Moving average of the export time per trace: when the next batch looks first.
-        _EXPORT_S_PER_TRACE = 0.5 * _EXPORT_S_PER_TRACE + 0.5 * (time.monotonic() - started) / n
 
     def _trace(self, mlflow: Any, p: _Pending, batch: str) -> str:
         from mlflow.entities import NoOpSpan
