@@ -29,7 +29,6 @@ import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from twinkle.preflight import PreflightError, check_inputs, check_tracking_uri, check_url, probe
@@ -104,8 +103,11 @@ def probe_endpoints(rollout: Any, endpoint: Any) -> None:
 def close_runs(ctx: Any, status: str, *, keep: str | None = None) -> int:
     """End the runs of ``ctx``'s run key (the run and its stage runs) still RUNNING, but
     ``keep``; returns how many. Public ``MlflowClient`` calls only."""
-    tracker, key = ctx.tracker, ctx.run_key.replace("'", "\\'")
-    client = tracker.client
+    return _close_key(ctx.tracker, ctx.run_key, status, keep)
+
+
+def _close_key(tracker: Any, run_key: str, status: str, keep: str | None = None) -> int:
+    client, key = tracker.client, run_key.replace("'", "\\'")
     found = 0
     for tag in (key, f"{key}#stage"):
         runs = client.search_runs(
@@ -184,7 +186,7 @@ def close_orphans(ctx: Any) -> int:
         found += 1
         key = r.data.tags.get("twinkle.run_key")
         if key:
-            found += close_runs(SimpleNamespace(tracker=tracker, run_key=key), "KILLED")
+            found += _close_key(tracker, key, "KILLED")
     return found
 
 
