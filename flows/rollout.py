@@ -136,9 +136,16 @@ def prepare_rollout(
     seed: int = 0,
 ) -> dict[str, Any]:
     """The rollout's input file: recorded agent conversations (rows with tool calls, at most
-    ``limit``), then task rows of registered environments (``rollout_bridge.trajectories_for``),
-    then ``episodes`` prompt rows per OpenEnv environment in ``openenv``, reset with seeds
-    ``seed``, ``seed + 1``, ..."""
+    ``limit``), then the rows of the environments in ``envs``, then ``episodes`` prompt rows
+    per OpenEnv environment in ``openenv``, reset with seeds ``seed``, ``seed + 1``, ...
+
+    A single-turn environment gives task rows (``rollout_bridge.trajectories_for``, at most
+    ``tasks_limit`` each). A multi-turn one (a registry spec ``adapter/name?...`` or
+    ``@envs.yaml#key`` that ``is_episode_spec``: gymnasium, gem, textarena, dialogue) gives
+    episode rows (``openenv_rows``, played by ``RegistryEnv``): as many as its ``episodes``
+    config key (at most ``tasks_limit``), else ``tasks_limit``, else one per task of a task
+    list (dialogue scenarios), else one; episode k is reset with the entry's ``seed`` config
+    key (default 0) plus k, so the rows depend only on ``envs``, never on ``seed``."""
     from twinkle.data_format import is_agent_row
 
     rows = read_rows_cached(paths) if paths else []
@@ -147,10 +154,14 @@ def prepare_rollout(
     agent = agent[:limit] if limit is not None else agent
     tasks: list[dict[str, Any]] = []
     if envs:
-        from twinkle.integrations.rollout_bridge import trajectories_for
+        from twinkle.integrations import rollout_bridge as bridge
 
         for env in envs:
-            items = trajectories_for(env)
+            if ("/" in env or env.startswith("@")) and bridge.is_episode_spec(env):
+                count = bridge.episode_count(env, tasks_limit)
+                tasks.extend(openenv_rows([env], count, bridge.episode_seed(env)))
+                continue
+            items = bridge.trajectories_for(env)
             tasks.extend(items[:tasks_limit] if tasks_limit else items)
     tasks.extend(openenv_rows(list(openenv or []), episodes, seed))
     path = work_path(out, "rollout-input", fp)

@@ -182,7 +182,9 @@ class EnvironmentFactory:
             cfg = EnvironmentConfig.parse(cfg)
         elif isinstance(cfg, Mapping):
             cfg = EnvironmentConfig.from_dict(cfg)
-        config = dict(cfg.config)
+        # ``episodes`` is the rollout's (how many episodes of a multi-turn entry to play),
+        # never a constructor argument: a file written for the flow builds here as well.
+        config = {k: v for k, v in cfg.config.items() if k != "episodes"}
         if cfg.judge is not None:
             judge = cfg.judge.build()
             kwarg = _JUDGE_KWARG.get(cfg.adapter)

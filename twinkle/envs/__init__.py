@@ -1,4 +1,5 @@
-"""Environments: the ``Env`` interface, ``EnvTool``, and the OpenEnv, sandbox and pool adapters.
+"""Environments: the ``Env`` interface, ``EnvTool``, and the OpenEnv, sandbox, pool and
+registry (``RegistryEnv``: multi-turn environments of the registry) adapters.
 
 Heavy adapters are imported on first use so ``import twinkle.envs`` stays light.
 """
@@ -17,6 +18,7 @@ _LAZY = {
     "OpenEnvClient": "twinkle.envs.openenv_client",
     "EnvPool": "twinkle.envs.openenv_pool",
     "EnvPoolAdapter": "twinkle.envs.openenv_pool",
+    "RegistryEnv": "twinkle.envs.registry_env",
 }
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "EnvTool",
     "OpenEnv",
     "OpenEnvClient",
+    "RegistryEnv",
     "StepResult",
 ]
 
@@ -36,5 +39,6 @@ if TYPE_CHECKING:
     from twinkle.envs.openenv_client import OpenEnvClient
     from twinkle.envs.openenv_embedded import OpenEnv
     from twinkle.envs.openenv_pool import EnvPool, EnvPoolAdapter
+    from twinkle.envs.registry_env import RegistryEnv
 
 __getattr__ = lazy_getattr(__name__, _LAZY)

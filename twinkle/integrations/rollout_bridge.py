@@ -38,6 +38,12 @@ given, overrides the trajectory's own. Each score dict has:
 ``score_trajectories`` never raises for a bad trajectory: it gets the ``default`` reward in
 a ``score_error`` signal, and the reason.
 
+Multi-turn environments (gymnasium, gem games, textarena, dialogue) have no task rows:
+``trajectories_for`` refuses them, and a caller tells them apart with
+``is_episode_spec(spec)`` and plays them as episodes (``twinkle.envs.RegistryEnv``,
+``build_environment``; ``episode_count`` and ``episode_seed`` read how many and from which
+seed).
+
 Example:
     >>> rows = trajectories_for("math", [0])
     >>> rows[0]["messages"][-1]["role"], rows[0]["id"]
@@ -58,7 +64,21 @@ from twinkle.data_format import message_text, pack_value, user_data_get
 from twinkle.integrations.dataset import DatasetProvider, TaskItem
 from twinkle.integrations.scorer import Scorer, ScoringResult, error_bundle
 
-__all__ = ["items_to_trajectories", "score_trajectories", "trajectories_for"]
+__all__ = [
+    "EPISODES_KEY",
+    "build_environment",
+    "episode_count",
+    "episode_seed",
+    "is_episode_spec",
+    "items_to_trajectories",
+    "score_trajectories",
+    "spec_config",
+    "trajectories_for",
+]
+
+#: The config key of a multi-turn entry that says how many episodes to play; the rollout's,
+#: so it is never passed to the environment's constructor.
+EPISODES_KEY = "episodes"
 
 
 def items_to_trajectories(
@@ -136,8 +156,10 @@ def trajectories_for(
         from twinkle.core.config import EnvironmentConfig
 
         if env_name.startswith("@"):
-            provider = DatasetProvider(_spec_environment(env_name))
             cfg = _yaml_entry(env_name)
+            env = _spec_environment(env_name)
+            _refuse_multi_turn(env, f"{cfg.adapter}/{cfg.name}")
+            provider = DatasetProvider(env)
         else:
             cfg = EnvironmentConfig.parse(env_name)
             cfg = EnvironmentConfig(cfg.adapter, cfg.name, {**cfg.config, **config})
@@ -163,15 +185,83 @@ def trajectories_for(
 
 
 def _build(cfg: Any) -> Any:
-    from twinkle.core.config import EnvironmentFactory
+    """A single-turn environment of ``cfg``; a multi-turn one is refused (no task rows)."""
+    env = build_environment(cfg)
+    _refuse_multi_turn(env, f"{cfg.adapter}/{cfg.name}")
+    return env
 
-    env = EnvironmentFactory().build(cfg)
+
+def _refuse_multi_turn(env: Any, name: str) -> None:
     if env.spec.is_multi_turn:
         raise ValueError(
-            f"{cfg.adapter}/{cfg.name} is multi-turn: task rows are single-turn environments "
-            "(play multi-turn ones through their own episodes, e.g. --openenv)"
+            f"{name} is multi-turn: it has no task rows; play it as episodes "
+            "(twinkle.envs.RegistryEnv; the rollout flow's tasks/envs do so for multi-turn "
+            "entries, see is_episode_spec)"
         )
-    return env
+
+
+def spec_config(spec: str) -> Any:
+    """The ``EnvironmentConfig`` of ``adapter/name?key=value`` or ``@envs.yaml#key``."""
+    from twinkle.core.config import EnvironmentConfig
+
+    return _yaml_entry(spec) if spec.startswith("@") else EnvironmentConfig.parse(spec)
+
+
+def build_environment(spec: Any) -> Any:
+    """A fresh environment of a spec string or an ``EnvironmentConfig``, single- or
+    multi-turn. The ``episodes`` config key is the rollout's (how many episodes to play), not
+    the environment's: it is left out of the constructor arguments."""
+    from dataclasses import replace
+
+    from twinkle.core.config import EnvironmentFactory
+
+    cfg = spec_config(spec) if isinstance(spec, str) else spec
+    if EPISODES_KEY in cfg.config:
+        cfg = replace(cfg, config={k: v for k, v in cfg.config.items() if k != EPISODES_KEY})
+    return EnvironmentFactory().build(cfg)
+
+
+def is_episode_spec(spec: str) -> bool:
+    """Whether ``spec`` (``adapter/name?...`` or ``@envs.yaml#key``) names a multi-turn
+    environment, played as episodes rather than rolled out as task rows. Builds the
+    environment once (cached); a spec that cannot be built raises.
+
+    Example:
+        >>> is_episode_spec("gymnasium/FrozenLake-v1?is_slippery=false")
+        True
+        >>> is_episode_spec("reasoning_gym/leg_counting?size=2")
+        False
+    """
+    return bool(_spec_environment(spec).spec.is_multi_turn)
+
+
+def episode_count(spec: str, limit: int | None = None) -> int:
+    """How many episodes of the multi-turn ``spec`` to play: its ``episodes`` config key (at
+    most ``limit``), else ``limit``, else ``len(env)`` for an environment with a task list
+    (dialogue scenarios), else 1.
+
+    Example:
+        >>> episode_count("gymnasium/FrozenLake-v1?episodes=5", limit=3)
+        3
+        >>> episode_count("gymnasium/FrozenLake-v1", limit=2)
+        2
+    """
+    count = spec_config(spec).config.get(EPISODES_KEY)
+    if count is None:
+        if limit:
+            return limit
+        env = _spec_environment(spec)
+        return len(env) if env.spec.supports_len else 1
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise ValueError(f"{spec}: {EPISODES_KEY} must be a positive integer, got {count!r}")
+    return min(count, limit) if limit else count
+
+
+def episode_seed(spec: str) -> int:
+    """The reset seed of a multi-turn spec's first episode: its ``seed`` config key, else 0
+    (episode k is reset with ``seed + k``, the adapters' own task-index convention)."""
+    seed = spec_config(spec).config.get("seed", 0)
+    return seed if isinstance(seed, int) and not isinstance(seed, bool) else 0
 
 
 def _yaml_entry(spec: str) -> Any:
@@ -189,9 +279,7 @@ def _yaml_entry(spec: str) -> Any:
 def _spec_environment(spec: str) -> Any:
     """The environment of ``adapter/name?key=value`` or ``@envs.yaml#key``, built once (the
     runner scores one row at a time)."""
-    from twinkle.core.config import EnvironmentConfig
-
-    return _build(_yaml_entry(spec) if spec.startswith("@") else EnvironmentConfig.parse(spec))
+    return build_environment(spec)
 
 
 def _final_text_action(messages: Sequence[Mapping[str, Any]]) -> Action:

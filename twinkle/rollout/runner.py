@@ -7,8 +7,9 @@ What a pipeline's rollout stage calls (a Prefect task in ``flows.rollout``, or a
 * an environment, created when the row's trajectory starts and released (killed) when it
   ends, so that live environments never outnumber ``concurrency`` whatever the batch size:
   a fresh sandbox (``AgentEnv`` + ``EnvTool``) on the E2B-compatible ``endpoint``, or for
-  an OpenEnv episode row an ``OpenEnv`` / ``OpenEnvClient`` environment reset with the
-  episode's seed; creation and release run in worker threads, off the event loop;
+  an episode row an ``OpenEnv`` / ``OpenEnvClient`` environment (a ``RegistryEnv`` for a
+  multi-turn environment of the registry) reset with the episode's seed; creation and
+  release run in worker threads, off the event loop;
 * a multi-turn rollout (``APIMultiTurnRollout``) over the replay policy (the recorded
   assistant turns) or an OpenAI-compatible endpoint;
 * rewards the moment the trajectory finishes (task environments through the rollout bridge,
@@ -164,14 +165,17 @@ class RolloutRunner:
         return _in_parallel(lambda _: self.provision_sandbox(), range(n), self.config.concurrency)
 
     def provision_openenv(self, prompt: dict[str, Any]) -> tuple[Any, str | None, dict[str, Any]]:
-        """A fresh OpenEnv environment for one episode prompt (in-process ``OpenEnv``, or an
-        ``OpenEnvClient`` session on ``config.openenv_base_url``), reset with the episode's
-        seed: (env, error, prompt), the prompt completed with the env's first observation
-        and its real tool schemas. Blocking.
+        """A fresh environment for one episode prompt, reset with the episode's seed: (env,
+        error, prompt), the prompt completed with the env's first observation and its real
+        tool schemas. Blocking.
 
-        ``openenv_env_kwargs`` only apply in-process: an OpenEnv server builds each
-        session's environment with its own settings, so an episode given arguments against
-        a server fails with that reason rather than silently playing other settings."""
+        An OpenEnv name gets an in-process ``OpenEnv`` or an ``OpenEnvClient`` session on
+        ``config.openenv_base_url``; a registry spec (``adapter/name?...`` or
+        ``@envs.yaml#key``, a multi-turn entry of ``tasks``/``envs``) a ``RegistryEnv``,
+        always in-process. ``openenv_env_kwargs`` only apply to in-process OpenEnv: an
+        OpenEnv server builds each session's environment with its own settings, so an
+        episode given arguments against a server fails with that reason rather than
+        silently playing other settings."""
         from twinkle.data_format import user_data_get
         from twinkle.envs.openenv import OpenEnv, OpenEnvClient
 
@@ -180,6 +184,11 @@ class RolloutRunner:
         env = None
         try:
             name = user_data_get(ud, "openenv")
+            if _is_registry_spec(name):
+                from twinkle.envs.registry_env import RegistryEnv
+
+                env = RegistryEnv(name)
+                return self._started(env, prompt, user_data_get(ud, "seed"))
             kwargs = (env_kwargs or {}).get(name)
             if base_url and kwargs:
                 why = (
@@ -194,13 +203,21 @@ class RolloutRunner:
                 if base_url
                 else OpenEnv(env_name=name, env_kwargs=kwargs)
             )
-            first = env.reset(seed=user_data_get(ud, "seed"))
-            tools = env.tools()
+            return self._started(env, prompt, user_data_get(ud, "seed"))
         except Exception as exc:  # noqa: BLE001 - this episode fails with the reason
             if env is not None:
                 with contextlib.suppress(Exception):
                     env.close()
             return None, f"{type(exc).__name__}: {exc}", prompt
+
+    @staticmethod
+    def _started(
+        env: Any, prompt: dict[str, Any], seed: Any
+    ) -> tuple[Any, str | None, dict[str, Any]]:
+        """``env`` reset with ``seed``, and ``prompt`` completed with its first observation
+        and tool schemas; raises what the reset raised."""
+        first = env.reset(seed=seed)
+        tools = env.tools()
         messages = [dict(m) for m in prompt["messages"]]
         messages[-1]["content"] = f"{messages[-1]['content']}\n\n{first.observation}"
         return env, None, {**prompt, "messages": messages, "tools": tools}
@@ -289,8 +306,11 @@ class RolloutRunner:
         """A row's environment, its tools, the error if it could not be created, and the
         prompt to roll out (an episode's completed with its first observation). Blocking."""
         if episode:
+            from twinkle.data_format import user_data_get
+
+            registry = _is_registry_spec(user_data_get(prompt.get("user_data"), "openenv"))
             env, error, prompt = self.provision_openenv(prompt)
-            kind = "OpenEnvError"
+            kind = "EnvError" if registry else "OpenEnvError"
         else:
             (env, error), kind = self.provision_sandbox(), "SandboxError"
         if env is None:
@@ -376,6 +396,12 @@ class RolloutRunner:
         finally:
             for i in list(envs):  # interrupted: what was not released yet
                 release(i)
+
+
+def _is_registry_spec(name: Any) -> bool:
+    """Whether an episode's name is a registry spec (``adapter/name?...``, ``@envs.yaml#key``)
+    rather than an OpenEnv package name (those have no ``/``)."""
+    return isinstance(name, str) and ("/" in name or name.startswith("@"))
 
 
 def _unprovisioned(prompt: dict[str, Any], error: str | None) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """Rewards of finished trajectories, and the prompts and policy a batch rolls out.
 
 ``score`` rewards a task trajectory through its environment (the rollout bridge) or a
-re-run conversation by replay fidelity; ``score_episode`` an OpenEnv episode by its
-cumulative ``episode_reward``. A trajectory that failed gets no rewards, ``reward_outcome``
-``'failed'`` and its error as ``reward_error``. ``twinkle.rollout.runner`` re-exports these.
+re-run conversation by replay fidelity; ``score_episode`` an episode (OpenEnv, or a
+multi-turn registry environment) by its cumulative ``episode_reward``. A trajectory that
+failed gets no rewards, ``reward_outcome`` ``'failed'`` and its error as ``reward_error``.
+``twinkle.rollout.runner`` re-exports these.
 
 Example:
     >>> score_episode({'stop_reason': 'error', 'error': 'SandboxError: gone'}, 1.0)['rewards']
@@ -35,26 +36,33 @@ OPENENV_SYSTEM = (
 
 
 def openenv_rows(names: Sequence[str], episodes: int, seed: int = 0) -> list[dict[str, Any]]:
-    """Prompt rows of OpenEnv episodes: ``user_data`` names the env and the episode's reset seed,
+    """Prompt rows of episodes: ``user_data`` names the env and the episode's reset seed,
     ``seed + k`` for episode k (so a rerun replays the same episodes, another ``seed`` draws new
     ones), and so does the row id; the env's first observation and its tool schemas are added
     when the env is provisioned.
 
+    A name is an OpenEnv package (``openenv-<name>-<seed>``) or a multi-turn registry spec
+    (``adapter/name?...`` or ``@/path/envs.yaml#key``, played by ``RegistryEnv``): its rows
+    are ``episode-<label>-<seed>``, the label the entry's key or ``adapter/name``, so ids
+    and the prompt never hold a query string or the YAML file's absolute path.
+
     Example:
         >>> [r['id'] for r in openenv_rows(['number_guess'], 2, seed=5)]
         ['openenv-number_guess-5', 'openenv-number_guess-6']
+        >>> [r['id'] for r in openenv_rows(['@/abs/envs.yaml#lake'], 1)]
+        ['episode-lake-0']
     """
     from twinkle.data_format import pack_value
 
     return [
         {
-            "id": f"openenv-{name}-{seed + k}",
+            "id": f"{_episode_prefix(name)}-{_episode_label(name)}-{seed + k}",
             "messages": [
                 {"role": "system", "content": OPENENV_SYSTEM},
                 {
                     "role": "user",
-                    "content": f"Play the '{name}' environment until the episode ends, "
-                    "using its tools.",
+                    "content": f"Play the '{_episode_label(name)}' environment until the "
+                    "episode ends, using its tools.",
                 },
             ],
             "user_data": [["openenv", pack_value(name)], ["seed", pack_value(seed + k)]],
@@ -62,6 +70,17 @@ def openenv_rows(names: Sequence[str], episodes: int, seed: int = 0) -> list[dic
         for name in names
         for k in range(episodes)
     ]
+
+
+def _episode_prefix(name: str) -> str:
+    return "episode" if "/" in name or name.startswith("@") else "openenv"
+
+
+def _episode_label(name: str) -> str:
+    """``@/path/envs.yaml#key`` -> ``key``; ``adapter/name?k=v`` -> ``adapter/name``."""
+    if name.startswith("@"):
+        return name.partition("#")[2] or name.rsplit("/", 1)[-1]
+    return name.partition("?")[0]
 
 
 def task_environments(endpoint: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -137,8 +156,8 @@ def _grading_error(result: Mapping[str, Any]) -> str:
 
 
 def score_episode(trajectory: dict[str, Any], reward: float | None) -> dict[str, Any]:
-    """Rewards of an OpenEnv episode: the env's cumulative ``episode_reward`` (None: no env);
-    none for an episode that failed."""
+    """Rewards of an episode (OpenEnv or ``RegistryEnv``): the env's cumulative
+    ``episode_reward`` (None: no env); none for an episode that failed."""
     if reward is None or is_failed(trajectory):
         return _failed(trajectory, trajectory.get("error") or "no environment")
     return {

@@ -59,6 +59,14 @@ def test_spec_strings_parse_to_configs_and_build():
         EnvironmentConfig.parse("/x")
 
 
+def test_the_rollouts_episodes_key_never_reaches_the_constructor():
+    """``episodes`` says how many episodes the flow plays; a file written for the flow must
+    build through the factory too (FrozenLake's constructor would refuse the keyword)."""
+    env = EnvironmentFactory().build("gymnasium/FrozenLake-v1?is_slippery=false&episodes=4")
+    state, _ = env.reset(seed=0)
+    assert env.step(state, Action.from_text("right")).resolved_action == "right"
+
+
 def test_bad_entries_are_rejected_with_the_reason(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("environments:\n  - {adapter: tasks, name: math, colour: red}\n")

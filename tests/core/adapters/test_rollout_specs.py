@@ -3,7 +3,11 @@
 import pytest
 
 from twinkle.data_format import user_data_get
-from twinkle.integrations.rollout_bridge import score_trajectories, trajectories_for
+from twinkle.integrations.rollout_bridge import (
+    is_episode_spec,
+    score_trajectories,
+    trajectories_for,
+)
 
 YAML = """
 environments:
@@ -62,6 +66,8 @@ def test_environment_file_with_three_adapters_rolls_out_and_scores(tmp_path, mon
     assert all(s["error"] is None for s in scores)
 
 
-def test_multi_turn_environments_are_refused_with_the_reason():
-    with pytest.raises(ValueError, match="multi-turn"):
-        trajectories_for("gymnasium/FrozenLake-v1?is_slippery=false")
+def test_multi_turn_environments_have_no_task_rows_and_are_told_apart_as_episodes():
+    spec = "gymnasium/FrozenLake-v1?is_slippery=false"
+    with pytest.raises(ValueError, match="multi-turn: it has no task rows; play it as episodes"):
+        trajectories_for(spec)
+    assert is_episode_spec(spec) and not is_episode_spec("reasoning_gym/leg_counting?size=2")
