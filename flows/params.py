@@ -222,7 +222,9 @@ class RolloutParams(_Params):
     envs: str | None = Field(
         None,
         description="A YAML file of environments (adapter, name, config, cleaners, judge; see "
-        "examples/envs/ in the repository) rolled out as tasks beside `tasks`.",
+        "examples/envs/ in the repository) rolled out beside `tasks`: single-turn entries as "
+        "task rows, multi-turn ones (gymnasium, gem, textarena, dialogue) as episodes played "
+        "by the policy (config `episodes`, default `tasks_limit` or 1).",
     )
     tasks_limit: int | None = Field(
         None, ge=1, description="Tasks per environment at most (all when empty)."

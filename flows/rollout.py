@@ -2,7 +2,8 @@
 
 The tasks are thin: ``prepare-rollout`` writes the rollout's input file (recorded
 conversations, task rows of registered environments via ``twinkle.integrations
-.rollout_bridge``, OpenEnv episode prompts via ``twinkle.rollout.runner.openenv_rows``);
+.rollout_bridge``, OpenEnv episode prompts and those of multi-turn registry environments via
+``twinkle.rollout.runner.openenv_rows``);
 ``run-rollouts`` calls ``twinkle.rollout.runner.RolloutRunner`` on its rows (an environment
 per row, created when its trajectory starts and released when it ends, so no more sandboxes
 live at once than ``concurrency``; roll out the policy, score each trajectory as it finishes) and

@@ -123,7 +123,8 @@ def _quiet() -> None:
     default=None,
     type=click.Path(exists=True, dir_okay=False),
     help="A YAML file of environments (adapter, name, config, cleaners, judge; see "
-    "examples/envs/) to roll out as tasks, beside --tasks.",
+    "examples/envs/) to roll out beside --tasks: single-turn entries as tasks, multi-turn "
+    "ones (gymnasium, gem, textarena, dialogue) as episodes the policy plays.",
 )
 @click.option(
     "--limit",
