@@ -43,7 +43,11 @@ _IO = {
 # (``TraceWriterProcess``): CPU-bound SQLAlchemy and matplotlib work that would otherwise
 # hold the GIL while the rollout's event loop waits on sandboxes and the model. Started
 # when tracking starts, so its imports overlap curation; closed when the process exits.
+# A rollout's trace stream gets more writers (``TWINKLE_TRACE_WRITERS``, default: 2 where
+# there are 2 cores or more): the last wave of trajectories finishes together and its traces
+# are written after the rollout, on an idle machine, so a second process halves that tail.
 _WRITER = None
+_STREAM_WRITERS: list[Any] = []
 _WRITER_LOCK = threading.Lock()
 
 
@@ -56,6 +60,36 @@ def trace_writer_process() -> Any:
             _WRITER = TraceWriterProcess().start()
             atexit.register(_WRITER.close)
         return _WRITER
+
+
+def stream_writer_count() -> int:
+    """How many trace writer processes a rollout's trace stream uses (at least 1)."""
+    raw = os.environ.get("TWINKLE_TRACE_WRITERS", "").strip()
+    if raw:
+        try:
+            return max(1, int(raw))
+        except ValueError:
+            raise ValueError(
+                f"TWINKLE_TRACE_WRITERS must be a whole number of processes, got {raw!r}"
+            ) from None
+    return 2 if (os.cpu_count() or 1) >= 2 else 1
+
+
+def stream_writer_processes() -> list[Any]:
+    """The trace writer processes of this flow-run process's trace streams: the main one
+    (which also draws charts) and ``stream_writer_count() - 1`` more, started on first use
+    (the extra ones at a low priority from their first instruction, so their imports take
+    only idle CPU: they matter at the rollout's end, not its start)."""
+    main = trace_writer_process()
+    want = stream_writer_count() - 1
+    with _WRITER_LOCK:
+        while len(_STREAM_WRITERS) < want:
+            from twinkle.tracking.writer import TraceWriterProcess
+
+            extra = TraceWriterProcess(nice_first=True).start()
+            atexit.register(extra.close)
+            _STREAM_WRITERS.append(extra)
+        return [main, *_STREAM_WRITERS[:want]]
 
 
 @task(name="start-tracking", task_run_name="start-tracking", **_IO)
@@ -72,7 +106,7 @@ def start_tracking(
         artifact_location=artifacts,
         log_dropped_rows=tracking.log_dropped_rows,
     )
-    trace_writer_process()  # start the trace writer now; it imports MLflow while curation runs
+    stream_writer_processes()  # start the trace writers now; they import MLflow during curation
     name, tags = flow_run_link()
     run_id = tracker.start_run(
         run_key,
@@ -250,11 +284,14 @@ def open_trace_stream(trace: dict[str, Any]) -> Any:
     from twinkle.tracking.writer import TraceStream
 
     tracker = trace["tracker"]
+    writers = stream_writer_processes()
     return TraceStream(
-        trace_writer_process(),
+        writers,
         tracker.tracking_uri,
         tracker.experiment_id,
         trace["session"],
+        # Smaller batches with more writers: the last wave then splits between them.
+        batch_size=max(8, 32 // len(writers)),
         **_writer_options(trace),
     )
 
@@ -269,16 +306,14 @@ def trace_file(trace: dict[str, Any], path: str, offset: int, shard: int) -> dic
     from flows.common import read_rows_cached
 
     trajectories = read_rows_cached([path])
-    tracker = trace["tracker"]
-    return trace_writer_process().write(
-        tracker.tracking_uri,
-        tracker.experiment_id,
-        trace["session"],
-        trajectories,
-        [t.get("rewards") for t in trajectories],
-        [trace_key(t, offset + i) for i, t in enumerate(trajectories)],
-        **_writer_options(trace),
-    )
+    # Through a stream over the same writers as the rollout's: each key reaches the writer
+    # that may have written it, so one already there is skipped, never written twice.
+    stream = open_trace_stream(trace)
+    for i, t in enumerate(trajectories):
+        stream.put(t, t.get("rewards"), trace_key(t, offset + i))
+    report = stream.close()
+    report.pop("tail_s", None)
+    return report
 
 
 @task(name="log-rollout", task_run_name="log-rollout", **_IO)

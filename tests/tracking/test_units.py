@@ -307,6 +307,49 @@ def test_trace_stream_writes_batches_while_trajectories_arrive_and_reports_failu
 
 
 @pytest.mark.slow
+def test_trace_stream_over_two_writer_processes_writes_each_trace_once(tmp_path):
+    """Two real helper processes write one stream into one SQLite store at the same time
+    (the flow's last wave is split between them): every trace lands once, with its
+    feedback, both processes take part, and a retry of the stream writes nothing new."""
+    import mlflow
+
+    from twinkle.tracking import TraceStream, TraceWriterProcess
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    exp = MLflowTracker(
+        uri, experiment="two", artifact_location=str(tmp_path / "mlruns")
+    ).experiment_id
+
+    class Counting:
+        def __init__(self, proc):
+            self.proc, self.batches = proc, 0
+
+        def write(self, *args, **kwargs):
+            self.batches += 1
+            return self.proc.write(*args, **kwargs)
+
+    with TraceWriterProcess() as a, TraceWriterProcess(nice_first=True) as b:
+        writers = [Counting(a), Counting(b)]
+        stream = TraceStream(writers, uri, exp, "session-2", batch_size=4, max_wait_s=0.05)
+        for i in range(24):
+            stream.put(_trajectory(i), {"total": float(i % 2)}, key=f"{i}:t{i}")
+        report = stream.close()
+        assert report["written"] == 24
+        assert all(w.batches > 0 for w in writers), [w.batches for w in writers]
+        again = TraceStream([a, b], uri, exp, "session-2", batch_size=4, max_wait_s=0.05)
+        for i in range(24):
+            again.put(_trajectory(i), {"total": 0.0}, key=f"{i}:t{i}")
+        assert again.close()["written"] == 0
+    traces = mlflow.MlflowClient(uri).search_traces(locations=[exp], max_results=100)
+    assert sorted(t.info.tags["twinkle.trace_key"] for t in traces) == sorted(
+        f"{i}:t{i}" for i in range(24)
+    )
+    assert all(
+        [x.name for x in t.info.assessments if x.name == "total"] == ["total"] for t in traces
+    )
+
+
+@pytest.mark.slow
 def test_trace_stream_close_flushes_at_once_instead_of_waiting_for_a_full_batch(tmp_path):
     """close() must not wait out ``max_wait_s`` for a batch that cannot fill any more: the
     flow's rollout stage waits on it (a 1 s wait was 11% of a 9 s rollout)."""

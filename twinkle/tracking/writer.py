@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import pickle
 import queue
 import struct
@@ -31,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from typing import Any, BinaryIO
 
 logger = logging.getLogger("twinkle.tracking")
@@ -56,14 +58,17 @@ class TraceWriterProcess:
 
     Args:
         python: interpreter for the helper (default: this one).
+        nice_first: lower the helper's priority before its imports, not after (a helper
+            that is not needed at once then takes only idle CPU to start).
 
     Example:
         >>> with TraceWriterProcess() as proc:  # doctest: +SKIP
         ...     report = proc.write('sqlite:////tmp/m.db', '1', 's', trajectories)
     """
 
-    def __init__(self, python: str | None = None) -> None:
+    def __init__(self, python: str | None = None, *, nice_first: bool = False) -> None:
         self.python = python or sys.executable
+        self.nice_first = nice_first
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self._broken = False
@@ -81,10 +86,12 @@ class TraceWriterProcess:
             try:
                 # ``-c`` rather than ``-m``: the package imports this module first, and runpy
                 # warns when it is then run as __main__.
+                env = {**os.environ, "TWINKLE_TRACE_WRITER_NICE_FIRST": "1"}
                 self._proc = subprocess.Popen(
                     [self.python, "-c", "from twinkle.tracking.writer import main; main()"],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
+                    env=env if self.nice_first else None,
                 )
             except OSError as exc:
                 logger.warning("trace writer process unavailable (%s); writing in-process", exc)
@@ -152,14 +159,25 @@ class TraceWriterProcess:
 class TraceStream:
     """Traces trajectories while a rollout still runs: ``put`` each one as it finishes.
 
-    A background thread gathers what arrives into batches (``batch_size``, or whatever came
-    within ``max_wait_s``) and hands each batch to ``writer`` (a ``TraceWriterProcess``),
-    so the rollout never waits on MLflow and trace writing overlaps it instead of
-    following it. ``close`` flushes the rest and returns the summed report; a batch that
-    failed raises there (the caller's task retries; trace keys keep retries idempotent).
+    A background thread per writer gathers what arrives into batches (``batch_size``, or
+    whatever came within ``max_wait_s``) and hands each batch to its writer (a
+    ``TraceWriterProcess``), so the rollout never waits on MLflow and trace writing
+    overlaps it instead of following it. ``close`` flushes the rest and returns the summed
+    report; a batch that failed raises there (the caller's task retries; trace keys keep
+    retries idempotent).
+
+    Why more than one writer: trajectories rolled out at high concurrency finish together,
+    so the last wave's traces are written after the rollout ends, while its process sits
+    idle (``tail_s``). MLflow's store costs ~20 ms of CPU per trace, all of it in the
+    writer; two writer processes split that last wave over both cores (SQLite serialises
+    only the commits, not the SQLAlchemy work around them). Each trace key always goes to
+    the same writer (a stable hash of the key): a writer skips the keys it knows are
+    stored, and it knows those it wrote itself, not those another process wrote after
+    it last searched the store, so a retry must reach the writer that wrote the key.
 
     Args:
-        writer: ``TraceWriterProcess`` (or anything with its ``write`` signature).
+        writer: ``TraceWriterProcess`` (or anything with its ``write`` signature), or a
+            sequence of them: one queue and batching thread each, keys spread by hash.
         tracking_uri, experiment_id, session: where the traces go (see ``TraceWriter``).
         batch_size: trajectories per write at most.
         max_wait_s: how long a finished trajectory waits for its batch to fill.
@@ -184,28 +202,38 @@ class TraceStream:
         max_wait_s: float = 1.0,
         **writer_kwargs: Any,
     ) -> None:
-        self._writer = writer
+        writers = list(writer) if isinstance(writer, (list, tuple)) else [writer]
+        if not writers:
+            raise ValueError("TraceStream needs at least one writer")
         self._target = (tracking_uri, experiment_id, session)
         self._kwargs = writer_kwargs
         self.batch_size, self.max_wait_s = max(1, batch_size), max_wait_s
-        self._queue: queue.Queue[Any] = queue.Queue()
+        self._queues: list[queue.Queue[Any]] = [queue.Queue() for _ in writers]
         self.report = {"written": 0, "existing": 0, "unsampled": 0, "spans": 0, "seconds": 0.0}
+        self._report_lock = threading.Lock()
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._loop, name="twinkle-trace-stream", daemon=True)
-        self._thread.start()
+        self._threads = [
+            threading.Thread(
+                target=self._loop, args=(w, q), name=f"twinkle-trace-stream-{k}", daemon=True
+            )
+            for k, (w, q) in enumerate(zip(writers, self._queues))
+        ]
+        for thread in self._threads:
+            thread.start()
 
     def put(self, trajectory: Any, rewards: Any, key: str) -> None:
         """Queue one finished trajectory (with its rewards, recorded as trace feedback)."""
-        self._queue.put((trajectory, rewards, key))
+        lane = zlib.crc32(key.encode()) % len(self._queues) if len(self._queues) > 1 else 0
+        self._queues[lane].put((trajectory, rewards, key))
 
-    def _loop(self) -> None:
+    def _loop(self, writer: Any, lane: queue.Queue[Any]) -> None:
         done = False
         while not done:
-            batch = [self._queue.get()]
+            batch = [lane.get()]
             deadline = time.monotonic() + self.max_wait_s
             while len(batch) < self.batch_size and batch[-1] is not None:  # close() flushes at once
                 try:
-                    batch.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
+                    batch.append(lane.get(timeout=max(0.0, deadline - time.monotonic())))
                 except queue.Empty:
                     break
             if batch[-1] is None:
@@ -213,7 +241,7 @@ class TraceStream:
                 done = True
             if batch and self._error is None:
                 try:
-                    got = self._writer.write(
+                    got = writer.write(
                         *self._target,
                         [b[0] for b in batch],
                         [b[1] for b in batch],
@@ -223,16 +251,19 @@ class TraceStream:
                 except Exception as exc:  # noqa: BLE001 - close() re-raises it to the caller
                     self._error = exc
                 else:
-                    for k in self.report:
-                        self.report[k] += got.get(k, 0)
+                    with self._report_lock:
+                        for k in self.report:
+                            self.report[k] += got.get(k, 0)
 
     def close(self) -> dict[str, Any]:
         """Write what is still queued, stop the thread, return the summed report, with
         ``tail_s``: how long this call waited for the writer (tracing's cost after the last
         trajectory, what the caller sees of it)."""
         started = time.perf_counter()
-        self._queue.put(None)
-        self._thread.join()
+        for lane in self._queues:  # the end mark: each thread flushes its batch and stops
+            lane.put(None)
+        for thread in self._threads:
+            thread.join()
         if self._error is not None:
             raise self._error
         return {**self.report, "tail_s": time.perf_counter() - started}
@@ -258,10 +289,13 @@ def _calls() -> dict[str, Any]:
     return {"write": write_trace_batch, "chart": render_chart}
 
 
+def _lower_priority() -> None:
+    with contextlib.suppress(OSError, ValueError):
+        os.nice(int(os.environ.get("TWINKLE_TRACE_WRITER_NICE", "10")))
+
+
 def main() -> None:
     """The helper's loop: read a request, run it, answer ``(ok, result | error)``."""
-    import os
-
     for name, value in HELPER_MLFLOW_SETTINGS.items():  # the user's own values win
         os.environ.setdefault(name, value)
     from twinkle.tracking import plots, traces
@@ -275,13 +309,16 @@ def main() -> None:
     # the helper takes the CPU the rollout leaves idle instead of competing with it
     # (``TWINKLE_TRACE_WRITER_NICE``, default 10: on a machine busy with other work a niced
     # helper falls behind, 0 keeps it level with the rest).
+    nice_first = os.environ.get("TWINKLE_TRACE_WRITER_NICE_FIRST") == "1"
+    if nice_first:
+        _lower_priority()
     warm_up()
     with contextlib.suppress(
         ImportError
     ):  # charts are drawn here too; a missing matplotlib says so later
         plots.warm_up()
-    with contextlib.suppress(OSError):
-        os.nice(int(os.environ.get("TWINKLE_TRACE_WRITER_NICE", "10")))
+    if not nice_first:
+        _lower_priority()
     calls = _calls()
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing else may write to the answer pipe
