@@ -193,8 +193,8 @@ def close_orphans(ctx: Any) -> int:
 @contextlib.contextmanager
 def run_guard(ctx: Any) -> Iterator[None]:
     """The MLflow run of ``ctx`` (and its stage runs) ends FAILED if the block raises, KILLED
-    if it is interrupted; stale runs of an earlier attempt, and runs whose process died, are
-    closed on entry."""
+    if it is interrupted (and the rollouts in flight in this process are cancelled); stale
+    runs of an earlier attempt, and runs whose process died, are closed on entry."""
     url = mlflow_run_url(ctx.tracker.tracking_uri, ctx.tracker.experiment_id, ctx.run_id)
     stage_log(f"MLflow run {ctx.run_id}: {url}")
     try:
@@ -208,6 +208,13 @@ def run_guard(ctx: Any) -> Iterator[None]:
         yield
     except BaseException as exc:
         status = "FAILED" if isinstance(exc, Exception) else "KILLED"
+        if status == "KILLED":
+            # Interrupted (Prefect's TerminationSignal on SIGTERM, Ctrl-C): cancel the
+            # rollouts in flight now. They run in the task runner's worker threads, which
+            # the flow engine waits for on its way out: the whole rollout long, otherwise.
+            from twinkle.rollout.runner import stop_all
+
+            stop_all()
         try:
             ctx.tracker.set_tags(ctx.run_id, {"twinkle.error": f"{type(exc).__name__}: {exc}"})
             ctx.tracker.end_run(ctx.run_id, status)

@@ -301,6 +301,10 @@ def test_twinkle_run_stopped_by_sigterm_ends_its_mlflow_run_killed(
                 proc.wait()
     assert proc.returncode == 130, output[-3000:]
     assert "interrupted; the MLflow run is marked KILLED" in output
+    # The rollout was cancelled at once, not left running while the flow tore down its
+    # sandbox server, where every trajectory still to start failed ("56 of 64 trajectories
+    # failed; first: SandboxError: ... Connection refused") before the process could exit.
+    assert "trajectories failed" not in output, output[-3000:]
     client, exp = mlflow_client(tracking_params)
     status = {r.data.tags.get("twinkle.stage"): r.info.status for r in client.search_runs([exp])}
     # The curation had finished; the run and its rollout stage had not.

@@ -426,22 +426,28 @@ def _environ(values: dict[str, str]) -> Iterator[None]:
 @contextlib.contextmanager
 def _interrupts_as_keyboard() -> Iterator[None]:
     """SIGTERM (a terminal closed, ``kill``) interrupts like Ctrl-C, so the flow's guard ends
-    the MLflow run KILLED instead of leaving it RUNNING."""
+    the MLflow run KILLED instead of leaving it RUNNING. Both also cancel the rollouts in
+    flight (``twinkle.rollout.runner.stop_all``): they run in a worker thread, which the
+    process would otherwise wait for, the whole rollout long, before it could exit."""
     import signal
     import threading
+
+    from twinkle.rollout.runner import stop_all
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def interrupt(signum: int, frame: Any) -> None:
+        stop_all()
         raise KeyboardInterrupt(f"signal {signum}")
 
-    before = signal.signal(signal.SIGTERM, interrupt)
+    before = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, before)
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 @contextlib.contextmanager

@@ -375,6 +375,9 @@ class RolloutRunner:
 
         async def main() -> list[Any]:
             gate = asyncio.Semaphore(rollout.concurrency)
+            me = (asyncio.get_running_loop(), asyncio.current_task())
+            with _ACTIVE_LOCK:
+                _ACTIVE.add(me)
 
             async def one(i: int) -> Any:
                 async with gate:
@@ -389,13 +392,41 @@ class RolloutRunner:
                     reward = tools[0].episode_reward if i in episodes and tools else None
                     return await asyncio.to_thread(done, i, out, reward)
 
-            return await asyncio.gather(*(one(i) for i in todo))
+            try:
+                return await asyncio.gather(*(one(i) for i in todo))
+            finally:
+                with _ACTIVE_LOCK:
+                    _ACTIVE.discard(me)
 
         try:
             return rollout.run_in_own_loop(main)
         finally:
             for i in list(envs):  # interrupted: what was not released yet
                 release(i)
+
+
+#: The event loops and main tasks of the batches rolling out in this process (``stop_all``).
+_ACTIVE: set[tuple[Any, Any]] = set()
+_ACTIVE_LOCK = threading.Lock()
+
+
+def stop_all() -> int:
+    """Cancel every batch ``RolloutRunner.run`` is rolling out in this process, from any
+    thread: in-flight trajectories stop at their next await and their environments are
+    released, so an interrupted run exits in seconds instead of finishing its rollout
+    first. Returns how many batches were asked to stop; ``run`` then raises
+    ``asyncio.CancelledError`` in its own thread. What an interrupted CLI run calls.
+
+    Example:
+        >>> stop_all()  # nothing rolling out here
+        0
+    """
+    with _ACTIVE_LOCK:
+        active = list(_ACTIVE)
+    for loop, task in active:
+        with contextlib.suppress(RuntimeError):  # that loop closed meanwhile
+            loop.call_soon_threadsafe(task.cancel)
+    return len(active)
 
 
 def _is_registry_spec(name: Any) -> bool:
