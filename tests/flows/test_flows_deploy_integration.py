@@ -81,6 +81,9 @@ def test_deploy_prefect_yaml_and_run_a_deployment_on_a_worker(tmp_path, conversa
         deployments = httpx.post(f"{api}/deployments/filter", json={}).json()
         names = {d["name"] for d in deployments}
         assert names == {"nightly-curation", "rollout-scoring", "full-pipeline"}
+        # Each refuses a run whose parameters break the schema (credentials in a URL) before
+        # storing it.
+        assert all(d["enforce_parameter_schema"] for d in deployments)
         nightly = next(d for d in deployments if d["name"] == "nightly-curation")
         schedules = httpx.get(f"{api}/deployments/{nightly['id']}/schedules").json()
         assert (
