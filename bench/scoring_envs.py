@@ -16,6 +16,22 @@
   two ways: ``ratio_vs_raw_step_only`` against the raw ``step`` alone (the headline: the
   target is >= 0.5x it, for every game) and ``ratio_vs_raw_text`` against ``step`` plus its
   ``ansi`` render, the same text ours gives (Blackjack has no render; >= 0.5x reported too).
+  The headline is the strict one (the raw side makes no text), and it is not tilted against
+  us: the raw side is ``gym.make``'s env, whose wrappers (order enforcing, the passive
+  checker, the time limit where one is registered) cost it 5-10% per step, while the adapter
+  steps the unwrapped env and keeps its own step budget; ``ratio_vs_raw_unwrapped`` shows
+  the figure against the unwrapped env's ``step``, for information.
+
+  Figures, 2026-12-01, 2 cores shared with other work (load average 2.7-4), ratio vs raw
+  step only. The old and new adapters interleaved in one process, 7 rounds: FrozenLake
+  0.53 -> 0.61, Taxi 0.52 -> 0.58, CliffWalking 0.45 -> 0.51, Blackjack 0.73 -> 0.78 (the
+  fused ``<action>`` read, lazy continuity tracking, fast reset constructors). Two runs of
+  ``python bench/scoring_envs.py --only gymnasium`` after: FrozenLake 0.564/0.568, Taxi
+  0.571/0.557, CliffWalking 0.511/0.458, Blackjack 0.778/0.767 (vs unwrapped: 0.51, 0.51-0.53,
+  0.43-0.48, 0.74-0.75). CliffWalking, the cheapest raw step, stays near the 0.5 line: what
+  is left is building the step's frozen objects (five ``_make`` constructions, six dicts)
+  and copying the growing message history (~8% of its step); a step doing only that
+  measures about 0.53-0.55 here.
 
 Rounds alternate ours and the baseline and keep each one's best, because the machine is
 shared; both are timed in slices (2,000 answers, 500 game steps; each slice's best, summed),
@@ -206,6 +222,9 @@ def bench_gymnasium(steps: int, rounds: int = 7, chunk: int = 500) -> dict:
         render = None if name.startswith("Blackjack") else "ansi"
         raw_text = gym.make(name, render_mode=render, **kwargs)
         raw = gym.make(name, **kwargs)
+        # The adapter steps the unwrapped env (it keeps its own step budget); this one shows
+        # how much of the headline is gymnasium's wrappers (order, checker, time limit).
+        bare = gym.make(name, **kwargs).unwrapped
         limit = env.spec.max_steps
 
         class Ours:
@@ -246,7 +265,7 @@ def bench_gymnasium(steps: int, rounds: int = 7, chunk: int = 500) -> dict:
                 self.n = n
                 return ()
 
-        players = (Ours(), Raw(raw_text, render is not None), Raw(raw, False))
+        players = (Ours(), Raw(raw_text, render is not None), Raw(raw, False), Raw(bare, False))
 
         def round_start(players=players):
             for p in players:
@@ -257,18 +276,20 @@ def bench_gymnasium(steps: int, rounds: int = 7, chunk: int = 500) -> dict:
             round_start()
             for p in players:  # warm
                 p.play(0, steps)
-            (t_ours, t_text, t_bare), _ = alternate_chunks(
+            (t_ours, t_text, t_step, t_unwrapped), _ = alternate_chunks(
                 rounds, steps, chunk, *(p.play for p in players), before_round=round_start
             )
         t_ours_all += t_ours
         t_text_all += t_text
-        t_bare_all += t_bare
+        t_bare_all += t_step
         per[name] = {
             "ours_steps_per_s": round(steps / t_ours),
             "raw_text_steps_per_s": round(steps / t_text),
-            "raw_step_only_per_s": round(steps / t_bare),
+            "raw_step_only_per_s": round(steps / t_step),
+            "raw_unwrapped_step_per_s": round(steps / t_unwrapped),
             "ratio_vs_raw_text": round(t_text / t_ours, 3),
-            "ratio_vs_raw_step_only": round(t_bare / t_ours, 3),
+            "ratio_vs_raw_step_only": round(t_step / t_ours, 3),
+            "ratio_vs_raw_unwrapped": round(t_unwrapped / t_ours, 3),
         }
     below = sorted(name for name, g in per.items() if g["ratio_vs_raw_step_only"] < 0.5)
     below_text = sorted(name for name, g in per.items() if g["ratio_vs_raw_text"] < 0.5)

@@ -33,6 +33,7 @@ from twinkle.core.adapters._common import (
     answer_function,
 )
 from twinkle.core.adapters.action_mapper import ActionMapper
+from twinkle.core.cleaning import SPECIAL_TOKENS
 from twinkle.core.environment import EnvironmentSpec, StepResult, _StateContinuityTracker
 from twinkle.core.extraction import (
     CleanedExtractor,
@@ -107,6 +108,10 @@ _SCALARS = frozenset({int, float, bool, str, type(None)})
 _BUNDLE_CACHE = 256
 #: Boards kept per environment: every state of the supported games (Taxi has 500).
 _BOARD_CACHE = 4096
+#: Distinct ``<action>`` contents whose cleaned form is kept (a bound, for free-form replies).
+_STRIPPED_CACHE = 4096
+#: The fused ``<action>`` read in ``step`` relies on every special token starting with '<'.
+_FUSABLE = all(token.startswith("<") for token in SPECIAL_TOKENS)
 
 
 def _plain(value: Any) -> Any:
@@ -114,18 +119,13 @@ def _plain(value: Any) -> Any:
     kind = type(value)
     if kind in _SCALARS:
         return value
-    if kind is dict:
-        # Gym's info dicts are small and flat (``{"prob": 1.0}``): a plain copy then.
-        for k, v in value.items():
-            if type(k) is not str or type(v) not in _SCALARS:
-                break
-        else:
-            return value.copy()
     if kind is dict or isinstance(value, dict):
-        return {
-            k if type(k) is str else str(k): v if type(v) in _SCALARS else _plain(v)
-            for k, v in value.items()
-        }
+        # One pass, no comprehension frame: Taxi's info (a float and an array) is on the
+        # per-step path.
+        out = {}
+        for k, v in value.items():
+            out[k if type(k) is str else str(k)] = v if type(v) in _SCALARS else _plain(v)
+        return out
     if kind is tuple or kind is list or isinstance(value, (list, tuple)):
         return [v if type(v) in _SCALARS else _plain(v) for v in value]
     if hasattr(value, "tolist"):
@@ -196,6 +196,9 @@ class GymnasiumEnvironment(EpisodeMembers):
         )
         self.set_cleaners(pre_cleaners, post_cleaners)
         self._tracker = _StateContinuityTracker()
+        # The state the tracker would hold: it is told only when another state is stepped
+        # (see ``step``), which is all its check reads, so a step skips the bookkeeping.
+        self._latest: State[GymHidden] | None = None
         self._spec = EnvironmentSpec(
             name=name,
             adapter="gymnasium",
@@ -207,6 +210,7 @@ class GymnasiumEnvironment(EpisodeMembers):
             pure_step=False,
             metadata={"actions": list(names), "make_kwargs": dict(make_kwargs)},
         )
+        self._max_steps = self._spec.max_steps  # the spec is frozen
 
     def set_cleaners(self, pre: Any = None, post: Any = None) -> None:
         self.extractor = CleanedExtractor(
@@ -216,6 +220,10 @@ class GymnasiumEnvironment(EpisodeMembers):
         )
         self._answer = answer_function(self.extractor)
         self._answer_for = self.extractor
+        # The fused tag read in ``step`` is exact only for the default cleaners (see there).
+        fused = _FUSABLE and pre is None and post is None
+        self._fused_for = self.extractor if fused else None
+        self._stripped: dict[str, str] = {}  # tag content -> the default post-cleaner's output
 
     def _board_of(self, obs: Any) -> str:
         """:meth:`render_text` of ``obs``, cached."""
@@ -336,29 +344,56 @@ class GymnasiumEnvironment(EpisodeMembers):
         # A per-environment random prefix and a counter: unique like uuid4, without the
         # system call on every reset.
         episode_id = f"{self._id_prefix}{next(self._episodes):012x}"
-        state = State(observation, GymHidden(_plain(obs), 0.0, seed), StateMetadata(0, episode_id))
+        # Equal to ``State(observation, GymHidden(...), StateMetadata(0, episode_id))``.
+        hidden = _tuple_new(GymHidden, (_plain(obs), 0.0, seed))
+        state = _state(observation, hidden, _metadata(0, episode_id, False, {}))
         self._tracker.track(state)
+        self._latest = state
         return state, {"seed": seed, "gym_info": gym_info}
 
     def step(self, state: State[GymHidden], action: Action) -> StepResult[GymHidden]:
-        tracker = self._tracker
-        if state is not tracker.latest:
+        latest = self._latest
+        if state is not latest:
+            tracker = self._tracker
+            if latest is not None and tracker.latest is not latest:
+                tracker.track(latest)  # catch the tracker up, then let it judge
             tracker.validate(state, self._spec.name)
         meta = state.metadata
         if meta.is_terminal:
             raise ValueError(f"{self._spec.name}: the episode has ended; call reset()")
         reply = action.text or ""
-        if self._answer_for is not self.extractor:  # the extractor was replaced
-            self._answer, self._answer_for = answer_function(self.extractor), self.extractor
-        extracted = self._answer(reply)
-        index = self.mapper.parse(extracted)
+        extractor = self.extractor
+        # The prompted reply, "...<action>NAME</action>" with no other '<', read in place: no
+        # special token or think tag can be in it (each starts with '<'), so the default
+        # pre-cleaners return it unchanged, the tag extractor finds this pair, and the
+        # post-cleaner strips: the same answer at a fifth of the cost. The tag's content is an
+        # action name in nearly every reply, so its cleaned form is looked up, not rebuilt.
+        if (
+            extractor is self._fused_for
+            and reply.count("<") == 2
+            and (begin := reply.find("<action>")) >= 0
+            and (end := reply.find("</action>", begin + 8)) >= 0
+        ):
+            inner = reply[begin + 8 : end]
+            extracted = self._stripped.get(inner)
+            if extracted is None:
+                extracted = inner.strip().rstrip(".,")
+                if len(self._stripped) < _STRIPPED_CACHE:
+                    self._stripped[inner] = extracted
+        else:
+            if self._answer_for is not extractor:  # the extractor was replaced
+                self._answer, self._answer_for = answer_function(extractor), extractor
+            extracted = self._answer(reply)
+        mapper = self.mapper
+        index = mapper.parse(extracted)
         step = meta.step + 1
+        observation, hidden = state.observation, state.hidden
         if index is None:
             reward, terminated, gym_truncated, info = 0.0, False, False, {}
-            old = state.observation.state
-            obs, board = state.hidden.obs, old.text if old else ""
+            old = observation.state
+            obs, board = hidden.obs, old.text if old else ""
             feedback = (
-                f"'{extracted}' is not an action; choose one of {', '.join(self.mapper.names)}."
+                f"'{extracted}' is not an action; choose one of {', '.join(mapper.names)}."
                 if extracted is not None
                 else "No action found; reply with <action>NAME</action>."
             )
@@ -371,19 +406,34 @@ class GymnasiumEnvironment(EpisodeMembers):
             )
         else:
             obs, reward, terminated, gym_truncated, info = self._raw.step(index)
-            reward, terminated, gym_truncated = float(reward), bool(terminated), bool(gym_truncated)
+            # The games return Python values; the conversions are for other types (numpy).
+            if type(reward) is not float:
+                reward = float(reward)
+            if type(terminated) is not bool:
+                terminated = bool(terminated)
+            if type(gym_truncated) is not bool:
+                gym_truncated = bool(gym_truncated)
             try:  # every board of the supported games is cached after its first step
                 text = board = self._boards[obs]
             except (KeyError, TypeError):
                 text = board = self._board_of(obs)
             obs = obs if type(obs) in _SCALARS else _plain(obs)
-            info = _plain(info)
+            # ``_plain(info)`` inlined for the games' flat info dicts (``{"prob": 1.0}``).
+            if type(info) is dict:
+                for key, value in info.items():
+                    if type(key) is not str or type(value) not in _SCALARS:
+                        info = _plain(info)
+                        break
+                else:
+                    info = info.copy()
+            else:
+                info = _plain(info)
             rewards = self._bundles.get(reward) or self._reward_bundle(reward)
-        truncated = gym_truncated or (not terminated and step >= (self._spec.max_steps or 0))
+        truncated = gym_truncated or (not terminated and step >= (self._max_steps or 0))
         done = terminated or truncated
         # One tuple concatenation: the history grows every step, and ``(*old, a, b)`` would
         # copy it twice (into a list, then a tuple).
-        messages = state.observation.messages + (
+        messages = observation.messages + (
             {"role": "assistant", "content": reply},
             {"role": "user", "content": text},
         )
@@ -391,21 +441,22 @@ class GymnasiumEnvironment(EpisodeMembers):
         # Every value below is built here, so the fast constructors' lack of checks is safe;
         # the generated __init__s (one object.__setattr__ per field) of the five frozen
         # objects would cost about a third of the step.
-        observation = _observation(
-            text, messages, (), (), (), state.observation.task, _content(board, (), data)
+        total = hidden.total_reward + reward
+        next_state = _state(
+            _observation(text, messages, (), (), (), observation.task, _content(board, (), data)),
+            _tuple_new(GymHidden, (obs, total, hidden.seed)),
+            _metadata(
+                step, meta.episode_id, done, {"extracted_answer": extracted, "total_reward": total}
+            ),
         )
-        total = state.hidden.total_reward + reward
-        hidden = _tuple_new(GymHidden, (obs, total, state.hidden.seed))
-        meta_info = {"extracted_answer": extracted, "total_reward": total}
-        next_state = _state(observation, hidden, _metadata(step, meta.episode_id, done, meta_info))
-        tracker.track(next_state)
+        self._latest = next_state
         return _step_result(
             next_state,
             rewards,
             terminated,
             truncated,
             extracted,
-            None if index is None else self.mapper.format_action(index),
+            None if index is None else mapper.format_action(index),
             {"gym_info": info, "action_index": index},
         )
 
