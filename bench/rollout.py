@@ -20,6 +20,28 @@
    concurrency 256; ``--parts scale``: 1 vs 2 ``APIMultiTurnRollout.remote`` Ray workers.
    All three live in ``bench/rollout_tools.py``.
 
+   Last figures (2026-12-01, two shared cores, 1-minute load 3.3-3.8 from other jobs;
+   ``python bench/rollout.py --parts tools --repeats 5``): ours vs the bare SDK loop 1.227,
+   1.241 and 1.379 at 64, 256 and 1,024 trajectories (median round 1.237, 1.272, 1.484);
+   client CPU per model call 1.88, 2.01 and 1.92 ms for ours against 2.27, 2.40 and 2.54 ms
+   for the bare loop; the lean transport 2.5-4.2x the bare loop at 0.23-0.31 ms per call.
+   A second run (default 3 rounds, load 2.4-3.1): 1.218, 1.349 and 1.204.
+   Before (the same harness, the two changes below undone, interleaved; load 3.4-4.3): ours
+   0.954, 0.921 and 0.932 (CPU 0.962, 0.991, 0.934), against 0.978, 1.233 and 1.159 after
+   in the same rounds. Where the gap was: the cyclic GC. With 128 calls in flight, ours
+   kept more young objects alive per call (a deeper coroutine chain, its timeout, turn
+   logs), so at CPython's default threshold each young-generation pass cost 1.3-2.4 times the
+   bare loop's, and the promotions set off full collections over the whole heap (0.05-0.13 s
+   each): 0.1-0.2 ms of collector time per call more than the bare loop, measured with
+   ``gc.callbacks``. ``APIMultiTurnRollout`` now raises the young threshold for its run
+   (``twinkle.rollout.base.relaxed_gc``, restored after). On top of that, ours now hands the
+   SDK the history and tool schemas through ``extra_body`` (``twinkle.protocol.openai``):
+   the same JSON on the wire, without the SDK's typed-parameter transformation, 0.25-0.5 ms
+   of CPU per call that the bare loop still pays, as any plain use of the SDK does. The
+   baseline is unchanged: same messages, same inline tool, ``json.loads`` of the arguments,
+   the same scheduling (all tasks at once behind a semaphore), the default asyncio loop in
+   both.
+
 Prints one JSON object. ``--quick`` runs a small version.
 
     python bench/rollout.py            # full: 512 trajectories, concurrency 256, 50 and 500 ms

@@ -217,3 +217,37 @@ def test_server_in_its_own_process():
         assert server.base_url.endswith("/v1")
         api = OpenAI("m", api_key="x", base_url=server.base_url, max_retries=0, transport=TRANSPORT)
         assert api(USER, SamplingParams())["content"].startswith("Score: 8/10")
+
+
+def test_the_sdk_path_sends_what_the_sdks_typed_call_sends(chat_server, transport):
+    """Messages, tools and sampling scalars go through ``extra_body`` (see ``_sdk_body``): the
+    body on the wire is the one ``create`` builds from its typed parameters."""
+    import openai
+
+    history = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "weather?"}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "w", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+    ]
+    sp = SamplingParams(max_tokens=9, seed=1, temperature=0.5)
+    api_for(chat_server)({"messages": history, "tools": TOOLS}, sp)
+    client = openai.OpenAI(api_key="x", base_url=chat_server.base_url)
+    client.chat.completions.create(
+        model="test-model",
+        messages=history,
+        tools=TOOLS,
+        n=1,
+        temperature=0.5,
+        top_p=1.0,
+        max_tokens=9,
+        seed=1,
+    )
+    ours, typed = chat_server.requests
+    assert ours == typed

@@ -343,3 +343,31 @@ def test_garbage_replies_become_api_errors(server):
     )
     assert [o["stop_reason"] for o in out] == ["api_error", "api_error", "stop"]
     assert "invalid_response" in out[0]["error"] and out[0]["turn_log"][0]["error"]
+
+
+class GCProbe(Echo):
+    """Records the collector's thresholds while the rollout runs it."""
+
+    blocking = False
+    seen: list = []
+
+    def __call__(self, tool_name, arguments):
+        import gc
+
+        GCProbe.seen.append(gc.get_threshold())
+        return super().__call__(tool_name, arguments)
+
+
+def test_the_collector_is_relaxed_during_a_rollout_and_restored_after(server):
+    import gc
+
+    from twinkle.rollout.base import ROLLOUT_GC_THRESHOLD
+
+    server.responder = tool_then_answer(turns=1)
+    before = gc.get_threshold()
+    GCProbe.seen = []
+    rollout = APIMultiTurnRollout(api_for(server), ToolManager([GCProbe()]), max_turns=3)
+    out = rollout(prompts(3))
+    assert {o["stop_reason"] for o in out} == {"stop"}
+    assert GCProbe.seen == [(ROLLOUT_GC_THRESHOLD, *before[1:])] * 3
+    assert gc.get_threshold() == before
