@@ -35,6 +35,13 @@ one, about half of it; one transaction per feedback), which the rollout waits fo
 (``tail_s``) because trajectories at high concurrency finish together. Overhead at 10k rows
 / 500 trajectories (quiet, after that fix): +135% traced, +44% untraced, cold round +116%
 (target 15%); tracing 500 traces is most of the difference.
+
+Later (two trace writers, ``TWINKLE_TRACE_WRITERS``), on a day when this machine ran about
+a third slower per core (trace writing 33 ms CPU per trace against 23 before), 3 rounds
+each, interleaved in time: two writers, tracing +41% (min) / +29% (median), tail 1.35-1.76
+s; one writer +25% / +36%, tail 1.86-2.31 s; the code before the change measured +25% /
++15%, tail 1.59-2.19 s, that day. The untraced runs alone spread from 7.2 to 13.6 s, so
+these ratios say little beyond the tail, which two writers cut by about a quarter.
 """
 
 from __future__ import annotations
