@@ -349,6 +349,31 @@ def test_trace_stream_over_two_writer_processes_writes_each_trace_once(tmp_path)
     )
 
 
+def test_trace_stream_never_sends_a_writer_what_the_sample_rate_leaves_out():
+    """Unsampled trajectories are counted in the stream, not pickled to a writer process;
+    the choice is the writer's own (``sampled`` on session and key)."""
+    from twinkle.tracking import TraceStream
+    from twinkle.tracking.spans import sampled
+
+    class Recorder:
+        def __init__(self):
+            self.keys = []
+
+        def write(self, uri, exp, session, trajectories, rewards, keys, **kwargs):
+            self.keys += keys
+            return {"written": len(keys)}
+
+    writer = Recorder()
+    stream = TraceStream(writer, "sqlite:///unused.db", "1", "s-rate", sample_rate=0.3)
+    keys = [f"{i}:t{i}" for i in range(200)]
+    for key in keys:
+        stream.put({"id": key}, None, key)
+    report = stream.close()
+    chosen = [k for k in keys if sampled(f"s-rate/{k}", 0.3)]
+    assert sorted(writer.keys) == sorted(chosen) and 20 < len(chosen) < 100
+    assert report["written"] == len(chosen) and report["unsampled"] == 200 - len(chosen)
+
+
 @pytest.mark.slow
 def test_trace_stream_close_flushes_at_once_instead_of_waiting_for_a_full_batch(tmp_path):
     """close() must not wait out ``max_wait_s`` for a batch that cannot fill any more: the

@@ -35,6 +35,8 @@ import time
 import zlib
 from typing import Any, BinaryIO
 
+from twinkle.tracking.spans import sampled
+
 logger = logging.getLogger("twinkle.tracking")
 
 
@@ -222,7 +224,14 @@ class TraceStream:
             thread.start()
 
     def put(self, trajectory: Any, rewards: Any, key: str) -> None:
-        """Queue one finished trajectory (with its rewards, recorded as trace feedback)."""
+        """Queue one finished trajectory (with its rewards, recorded as trace feedback). One
+        the sample rate leaves out is counted here, never pickled to a writer: the writer
+        would make the same choice (``sampled`` hashes the session and the key)."""
+        rate = self._kwargs.get("sample_rate", 1.0)
+        if rate < 1.0 and not sampled(f"{self._target[2]}/{key}", rate):
+            with self._report_lock:
+                self.report["unsampled"] += 1
+            return
         lane = zlib.crc32(key.encode()) % len(self._queues) if len(self._queues) > 1 else 0
         self._queues[lane].put((trajectory, rewards, key))
 
