@@ -195,6 +195,21 @@ def _versus(runs: dict[str, Any], name: str, base: str) -> dict[str, Any]:
     }
 
 
+def _setup(
+    delay_ms: float, n: int, concurrency: int, calls: int, repeats: int, load: float, ideal: float
+) -> dict[str, Any]:
+    """What a workload's report row starts with: its settings, the load before and now."""
+    return {
+        "delay_ms": delay_ms,
+        "trajectories": n,
+        "concurrency": concurrency,
+        "model_calls": calls,
+        "repeats": repeats,
+        "load_average_1m": [load, _load()],
+        "ideal_calls_per_s": round(ideal, 1),
+    }
+
+
 def _load() -> float:
     return round(os.getloadavg()[0], 2)
 
@@ -226,15 +241,7 @@ def bench_tools(
             runs = _interleaved(variants, repeats, pid)
             best = _best(runs)
             calls = n * TOOL_TURNS
-            row = {
-                "delay_ms": delay_ms,
-                "trajectories": n,
-                "concurrency": concurrency,
-                "model_calls": calls,
-                "repeats": repeats,
-                "load_average_1m": [load, _load()],
-                "ideal_calls_per_s": round(ideal, 1),
-            }
+            row = _setup(delay_ms, n, concurrency, calls, repeats, load, ideal)
             for name in ("ours", "ours_threaded", "ours_lean"):
                 row.update(_versus(runs, name, "bare"))
             row.update(
@@ -280,13 +287,7 @@ def bench_lean(delay_ms: float, n: int, concurrency: int, repeats: int) -> dict[
     cpu = {k: min(r[1] for r in v) / calls * 1000 for k, v in runs.items()}
     rate = {k: calls / b[0] for k, b in best.items()}
     return {
-        "delay_ms": delay_ms,
-        "trajectories": n,
-        "concurrency": concurrency,
-        "model_calls": calls,
-        "repeats": repeats,
-        "load_average_1m": [load, _load()],
-        "ideal_calls_per_s": round(ideal, 1),
+        **_setup(delay_ms, n, concurrency, calls, repeats, load, ideal),
         **{f"{k}_calls_per_s": round(v, 1) for k, v in rate.items()},
         **{f"{k}_fraction_of_ideal": round(v / ideal, 3) for k, v in rate.items()},
         **{f"{k}_cpu_ms_per_call": round(v, 3) for k, v in cpu.items()},

@@ -93,6 +93,7 @@ from twinkle.rollout.runner import (
     RolloutRunner,
     RolloutStats,
     check_failure_rate,
+    is_registry_spec,
     openenv_rows,
 )
 from twinkle.sandbox.endpoint import SandboxEndpoint
@@ -158,7 +159,7 @@ def prepare_rollout(
         from twinkle.integrations import rollout_bridge as bridge
 
         for env in envs:
-            if ("/" in env or env.startswith("@")) and bridge.is_episode_spec(env):
+            if is_registry_spec(env) and bridge.is_episode_spec(env):
                 count = bridge.episode_count(env, tasks_limit)
                 tasks.extend(openenv_rows([env], count, bridge.episode_seed(env)))
                 continue

@@ -46,20 +46,27 @@ _IO = {
 # A rollout's trace stream gets more writers (``TWINKLE_TRACE_WRITERS``, default: 2 where
 # there are 2 cores or more): the last wave of trajectories finishes together and its traces
 # are written after the rollout, on an idle machine, so a second process halves that tail.
-_WRITER = None
-_STREAM_WRITERS: list[Any] = []
+_WRITERS: list[Any] = []
 _WRITER_LOCK = threading.Lock()
 
 
-def trace_writer_process() -> Any:
-    global _WRITER
+def _writer_processes(n: int) -> list[Any]:
+    """The first ``n`` trace writer processes of this process, started on first use. The
+    first also draws charts; the others start at a low priority from their first
+    instruction, so their imports take only idle CPU (they matter at the rollout's end)."""
     with _WRITER_LOCK:
-        if _WRITER is None:
+        while len(_WRITERS) < n:
             from twinkle.tracking.writer import TraceWriterProcess
 
-            _WRITER = TraceWriterProcess().start()
-            atexit.register(_WRITER.close)
-        return _WRITER
+            proc = TraceWriterProcess(nice_first=bool(_WRITERS)).start()
+            atexit.register(proc.close)
+            _WRITERS.append(proc)
+        return _WRITERS[:n]
+
+
+def trace_writer_process() -> Any:
+    """This process's main trace writer (also the chart drawer)."""
+    return _writer_processes(1)[0]
 
 
 def stream_writer_count() -> int:
@@ -76,20 +83,9 @@ def stream_writer_count() -> int:
 
 
 def stream_writer_processes() -> list[Any]:
-    """The trace writer processes of this flow-run process's trace streams: the main one
-    (which also draws charts) and ``stream_writer_count() - 1`` more, started on first use
-    (the extra ones at a low priority from their first instruction, so their imports take
-    only idle CPU: they matter at the rollout's end, not its start)."""
-    main = trace_writer_process()
-    want = stream_writer_count() - 1
-    with _WRITER_LOCK:
-        while len(_STREAM_WRITERS) < want:
-            from twinkle.tracking.writer import TraceWriterProcess
-
-            extra = TraceWriterProcess(nice_first=True).start()
-            atexit.register(extra.close)
-            _STREAM_WRITERS.append(extra)
-        return [main, *_STREAM_WRITERS[:want]]
+    """The trace writer processes of this flow-run process's trace streams (the main one
+    first, ``stream_writer_count()`` in all)."""
+    return _writer_processes(stream_writer_count())
 
 
 @task(name="start-tracking", task_run_name="start-tracking", **_IO)

@@ -44,6 +44,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 __all__ = [
+    "EPISODES_KEY",
     "EnvironmentConfig",
     "EnvironmentFactory",
     "JudgeConfig",
@@ -51,6 +52,9 @@ __all__ = [
     "load_environments",
 ]
 
+#: The config key of a multi-turn entry that says how many episodes the rollout plays: the
+#: rollout's, never passed to the environment's constructor (``EnvironmentFactory.build``).
+EPISODES_KEY = "episodes"
 #: adapters whose environment takes the judge as ``judge=`` instead of ``extra_rewards``
 _JUDGE_KWARG = {"dialogue": "judge"}
 
@@ -184,7 +188,7 @@ class EnvironmentFactory:
             cfg = EnvironmentConfig.from_dict(cfg)
         # ``episodes`` is the rollout's (how many episodes of a multi-turn entry to play),
         # never a constructor argument: a file written for the flow builds here as well.
-        config = {k: v for k, v in cfg.config.items() if k != "episodes"}
+        config = {k: v for k, v in cfg.config.items() if k != EPISODES_KEY}
         if cfg.judge is not None:
             judge = cfg.judge.build()
             kwarg = _JUDGE_KWARG.get(cfg.adapter)

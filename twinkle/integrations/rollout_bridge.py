@@ -59,6 +59,7 @@ import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from twinkle.core.config import EPISODES_KEY
 from twinkle.core.state import Action
 from twinkle.data_format import message_text, pack_value, user_data_get
 from twinkle.integrations.dataset import DatasetProvider, TaskItem
@@ -75,10 +76,6 @@ __all__ = [
     "spec_config",
     "trajectories_for",
 ]
-
-#: The config key of a multi-turn entry that says how many episodes to play; the rollout's,
-#: so it is never passed to the environment's constructor.
-EPISODES_KEY = "episodes"
 
 
 def items_to_trajectories(
@@ -209,15 +206,10 @@ def spec_config(spec: str) -> Any:
 
 def build_environment(spec: Any) -> Any:
     """A fresh environment of a spec string or an ``EnvironmentConfig``, single- or
-    multi-turn. The ``episodes`` config key is the rollout's (how many episodes to play), not
-    the environment's: it is left out of the constructor arguments."""
-    from dataclasses import replace
-
+    multi-turn (the factory leaves the rollout's ``episodes`` key out of its constructor)."""
     from twinkle.core.config import EnvironmentFactory
 
     cfg = spec_config(spec) if isinstance(spec, str) else spec
-    if EPISODES_KEY in cfg.config:
-        cfg = replace(cfg, config={k: v for k, v in cfg.config.items() if k != EPISODES_KEY})
     return EnvironmentFactory().build(cfg)
 
 

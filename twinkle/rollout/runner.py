@@ -46,6 +46,7 @@ from typing import Any
 
 from twinkle.rollout.runner_scoring import (
     OPENENV_SYSTEM,
+    is_registry_spec,
     openenv_rows,
     policy_api,
     score,
@@ -76,6 +77,7 @@ __all__ = [
     "check_failure_rate",
     "failing_endpoint",
     "is_failed",
+    "is_registry_spec",
     "load_checkpoint",
     "openenv_rows",
     "policy_api",
@@ -184,7 +186,7 @@ class RolloutRunner:
         env = None
         try:
             name = user_data_get(ud, "openenv")
-            if _is_registry_spec(name):
+            if is_registry_spec(name):
                 from twinkle.envs.registry_env import RegistryEnv
 
                 env = RegistryEnv(name)
@@ -308,7 +310,7 @@ class RolloutRunner:
         if episode:
             from twinkle.data_format import user_data_get
 
-            registry = _is_registry_spec(user_data_get(prompt.get("user_data"), "openenv"))
+            registry = is_registry_spec(user_data_get(prompt.get("user_data"), "openenv"))
             env, error, prompt = self.provision_openenv(prompt)
             kind = "EnvError" if registry else "OpenEnvError"
         else:
@@ -427,12 +429,6 @@ def stop_all() -> int:
         with contextlib.suppress(RuntimeError):  # that loop closed meanwhile
             loop.call_soon_threadsafe(task.cancel)
     return len(active)
-
-
-def _is_registry_spec(name: Any) -> bool:
-    """Whether an episode's name is a registry spec (``adapter/name?...``, ``@envs.yaml#key``)
-    rather than an OpenEnv package name (those have no ``/``)."""
-    return isinstance(name, str) and ("/" in name or name.startswith("@"))
 
 
 def _unprovisioned(prompt: dict[str, Any], error: str | None) -> dict[str, Any]:

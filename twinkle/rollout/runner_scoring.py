@@ -21,6 +21,7 @@ from twinkle.rollout.runner_stats import PolicyConfig, is_failed
 
 __all__ = [
     "OPENENV_SYSTEM",
+    "is_registry_spec",
     "openenv_rows",
     "policy_api",
     "score",
@@ -56,7 +57,8 @@ def openenv_rows(names: Sequence[str], episodes: int, seed: int = 0) -> list[dic
 
     return [
         {
-            "id": f"{_episode_prefix(name)}-{_episode_label(name)}-{seed + k}",
+            "id": f"{'episode' if is_registry_spec(name) else 'openenv'}-"
+            f"{_episode_label(name)}-{seed + k}",
             "messages": [
                 {"role": "system", "content": OPENENV_SYSTEM},
                 {
@@ -72,8 +74,15 @@ def openenv_rows(names: Sequence[str], episodes: int, seed: int = 0) -> list[dic
     ]
 
 
-def _episode_prefix(name: str) -> str:
-    return "episode" if "/" in name or name.startswith("@") else "openenv"
+def is_registry_spec(name: object) -> bool:
+    """Whether an episode's name is a registry spec (``adapter/name?...``, ``@envs.yaml#key``)
+    rather than an OpenEnv package name (those have no ``/``).
+
+    Example:
+        >>> is_registry_spec("gymnasium/FrozenLake-v1"), is_registry_spec("number_guess")
+        (True, False)
+    """
+    return isinstance(name, str) and ("/" in name or name.startswith("@"))
 
 
 def _episode_label(name: str) -> str:

@@ -38,6 +38,8 @@ from typing import Any, BinaryIO
 from twinkle.tracking.spans import sampled
 
 logger = logging.getLogger("twinkle.tracking")
+#: Set in a helper's environment when it should lower its priority before its imports.
+_NICE_FIRST = "TWINKLE_TRACE_WRITER_NICE_FIRST"
 
 
 def _send(stream: BinaryIO, obj: Any) -> None:
@@ -88,12 +90,11 @@ class TraceWriterProcess:
             try:
                 # ``-c`` rather than ``-m``: the package imports this module first, and runpy
                 # warns when it is then run as __main__.
-                env = {**os.environ, "TWINKLE_TRACE_WRITER_NICE_FIRST": "1"}
                 self._proc = subprocess.Popen(
                     [self.python, "-c", "from twinkle.tracking.writer import main; main()"],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
-                    env=env if self.nice_first else None,
+                    env={**os.environ, _NICE_FIRST: "1"} if self.nice_first else None,
                 )
             except OSError as exc:
                 logger.warning("trace writer process unavailable (%s); writing in-process", exc)
@@ -209,6 +210,7 @@ class TraceStream:
             raise ValueError("TraceStream needs at least one writer")
         self._target = (tracking_uri, experiment_id, session)
         self._kwargs = writer_kwargs
+        self._sample_rate = writer_kwargs.get("sample_rate", 1.0)
         self.batch_size, self.max_wait_s = max(1, batch_size), max_wait_s
         self._queues: list[queue.Queue[Any]] = [queue.Queue() for _ in writers]
         self.report = {"written": 0, "existing": 0, "unsampled": 0, "spans": 0, "seconds": 0.0}
@@ -227,7 +229,7 @@ class TraceStream:
         """Queue one finished trajectory (with its rewards, recorded as trace feedback). One
         the sample rate leaves out is counted here, never pickled to a writer: the writer
         would make the same choice (``sampled`` hashes the session and the key)."""
-        rate = self._kwargs.get("sample_rate", 1.0)
+        rate = self._sample_rate
         if rate < 1.0 and not sampled(f"{self._target[2]}/{key}", rate):
             with self._report_lock:
                 self.report["unsampled"] += 1
@@ -318,7 +320,7 @@ def main() -> None:
     # the helper takes the CPU the rollout leaves idle instead of competing with it
     # (``TWINKLE_TRACE_WRITER_NICE``, default 10: on a machine busy with other work a niced
     # helper falls behind, 0 keeps it level with the rest).
-    nice_first = os.environ.get("TWINKLE_TRACE_WRITER_NICE_FIRST") == "1"
+    nice_first = os.environ.get(_NICE_FIRST) == "1"
     if nice_first:
         _lower_priority()
     warm_up()
