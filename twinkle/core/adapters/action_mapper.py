@@ -76,7 +76,9 @@ class ActionMapper:
     @allow_index.setter
     def allow_index(self, value: bool) -> None:
         self._allow_index = value
-        self._parsed.clear()  # resolutions made under the other rule
+        # Resolutions made under the other rule. A new dict, not a cleared one: its identity
+        # stands for the current rules, which the gymnasium adapter's reply memo checks.
+        self._parsed = {}
 
     def parse(self, text: str | None) -> int | None:
         """The action index ``text`` names, or None when it names none."""

@@ -83,9 +83,8 @@ GAMES: dict[str, tuple[tuple[str, ...], dict[str, list[str]], str]] = {
 
 _TAXI_PLACES = ("R", "G", "Y", "B")
 
-_observation, _content = Observation._make, ObservationContent._make
-_state, _metadata, _step_result = State._make, StateMetadata._make, StepResult._make
-_tuple_new = tuple.__new__
+_state, _metadata = State._make, StateMetadata._make
+_new, _tuple_new = object.__new__, tuple.__new__
 
 PROMPT = (
     "{goal}\n\nActions: {actions}.\nReply with the action to take, e.g. "
@@ -108,8 +107,9 @@ _SCALARS = frozenset({int, float, bool, str, type(None)})
 _BUNDLE_CACHE = 256
 #: Boards kept per environment: every state of the supported games (Taxi has 500).
 _BOARD_CACHE = 4096
-#: Distinct ``<action>`` contents whose cleaned form is kept (a bound, for free-form replies).
-_STRIPPED_CACHE = 4096
+#: Distinct ``<action>`` contents, and whole replies up to ``_REPLY_CHARS`` long, whose
+#: reading is kept (bounds, for free-form replies).
+_READ_CACHE, _REPLY_CHARS = 4096, 256
 #: The fused ``<action>`` read in ``step`` relies on every special token starting with '<'.
 _FUSABLE = all(token.startswith("<") for token in SPECIAL_TOKENS)
 
@@ -173,7 +173,8 @@ class GymnasiumEnvironment(EpisodeMembers):
         # a step then allocates only what differs from the previous one.
         self._boards: dict[Any, str] = {}
         self._firsts: dict[Any, Observation] = {}
-        self._bundles: dict[float, SignalBundle] = {}
+        # the env's reward (CliffWalking's and Taxi's are ints) -> (as a float, its bundle)
+        self._bundles: dict[Any, tuple[float, SignalBundle]] = {}
         self._episodes = itertools.count()
         self._id_prefix = uuid.uuid4().hex[:20]
         self._prompt_head = PROMPT.format(
@@ -223,7 +224,12 @@ class GymnasiumEnvironment(EpisodeMembers):
         # The fused tag read in ``step`` is exact only for the default cleaners (see there).
         fused = _FUSABLE and pre is None and post is None
         self._fused_for = self.extractor if fused else None
-        self._stripped: dict[str, str] = {}  # tag content -> the default post-cleaner's output
+        # ``<action>`` content -> (extracted, index, name), for the fused read only, by
+        # ``_read_mapper`` under its resolution cache ``_read_under`` (see ``step``)
+        self._read: dict[str, tuple[str | None, int | None, str | None]] = {}
+        self._replies: dict[str, tuple[str | None, int | None, str | None]] = {}  # whole replies
+        self._read_mapper: ActionMapper | None = None
+        self._read_under: dict[str, int | None] | None = None
 
     def _board_of(self, obs: Any) -> str:
         """:meth:`render_text` of ``obs``, cached."""
@@ -264,14 +270,21 @@ class GymnasiumEnvironment(EpisodeMembers):
             self._firsts[obs] = observation
         return observation
 
-    def _reward_bundle(self, reward: float) -> SignalBundle:
-        """The step's ``gym_reward`` signal; immutable, so one bundle per distinct reward."""
-        bundle = self._bundles.get(reward)
-        if bundle is None:
-            bundle = SignalBundle((Signal("gym_reward", RewardType.STEP, reward),))
-            if len(self._bundles) < _BUNDLE_CACHE:
-                self._bundles[reward] = bundle
-        return bundle
+    def _reward_bundle(self, raw: Any) -> tuple[float, SignalBundle]:
+        """The env's reward ``raw`` as a float and the step's ``gym_reward`` signal. A bundle is
+        immutable, so there is one per distinct reward; equal rewards (``-1`` and ``-1.0``)
+        share an entry, which holds the same float for each."""
+        try:
+            cached, keep = self._bundles.get(raw), True
+        except TypeError:  # an unhashable reward (a 0-d array)
+            cached, keep = None, False
+        if cached is None:
+            reward = raw if type(raw) is float else float(raw)
+            cached = (reward, SignalBundle((Signal("gym_reward", RewardType.STEP, reward),)))
+            # NaN is not kept: it is not equal to itself, so it would never be found again
+            if keep and reward == reward and len(self._bundles) < _BUNDLE_CACHE:
+                self._bundles[raw] = cached
+        return cached
 
     # -- protocol --------------------------------------------------------------------------
 
@@ -363,29 +376,50 @@ class GymnasiumEnvironment(EpisodeMembers):
             raise ValueError(f"{self._spec.name}: the episode has ended; call reset()")
         reply = action.text or ""
         extractor = self.extractor
-        # The prompted reply, "...<action>NAME</action>" with no other '<', read in place: no
-        # special token or think tag can be in it (each starts with '<'), so the default
+        mapper = self.mapper
+        # The prompted reply, "...<action>NAME</action>" with no other '<', is read in place:
+        # no special token or think tag can be in it (each starts with '<'), so the default
         # pre-cleaners return it unchanged, the tag extractor finds this pair, and the
         # post-cleaner strips: the same answer at a fifth of the cost. The tag's content is an
-        # action name in nearly every reply, so its cleaned form is looked up, not rebuilt.
+        # action name in nearly every reply, so its reading (extracted text, action index,
+        # action name) is looked up, not rebuilt (``_read_tag``). An ActionMapper replaces its
+        # resolution cache whenever its resolutions may change (``allow_index``), so the memo
+        # is used only with the mapper, and that cache, it was filled under. A policy prompted
+        # this way repeats its replies word for word, so a short one is looked up whole first.
+        fused = extractor is self._fused_for
         if (
-            extractor is self._fused_for
+            fused
+            and mapper is self._read_mapper
+            and mapper._parsed is self._read_under
+            and (read := self._replies.get(reply)) is not None
+        ):
+            extracted, index, resolved = read
+        elif (
+            fused
             and reply.count("<") == 2
             and (begin := reply.find("<action>")) >= 0
             and (end := reply.find("</action>", begin + 8)) >= 0
         ):
             inner = reply[begin + 8 : end]
-            extracted = self._stripped.get(inner)
-            if extracted is None:
-                extracted = inner.strip().rstrip(".,")
-                if len(self._stripped) < _STRIPPED_CACHE:
-                    self._stripped[inner] = extracted
+            if (
+                mapper is not self._read_mapper
+                or mapper._parsed is not self._read_under
+                or (read := self._read.get(inner)) is None
+            ):
+                read = self._read_tag(inner, mapper)
+            if (
+                mapper is self._read_mapper
+                and len(reply) <= _REPLY_CHARS
+                and len(self._replies) < _READ_CACHE
+            ):
+                self._replies[reply] = read
+            extracted, index, resolved = read
         else:
             if self._answer_for is not extractor:  # the extractor was replaced
                 self._answer, self._answer_for = answer_function(extractor), extractor
             extracted = self._answer(reply)
-        mapper = self.mapper
-        index = mapper.parse(extracted)
+            index = mapper.parse(extracted)
+            resolved = None if index is None else mapper.format_action(index)
         step = meta.step + 1
         observation, hidden = state.observation, state.hidden
         if index is None:
@@ -406,9 +440,12 @@ class GymnasiumEnvironment(EpisodeMembers):
             )
         else:
             obs, reward, terminated, gym_truncated, info = self._raw.step(index)
+            # The float and the bundle of a reward come from one lookup (``_reward_bundle``).
+            try:
+                reward, rewards = self._bundles[reward]
+            except (KeyError, TypeError):  # a new reward, or an unhashable one
+                reward, rewards = self._reward_bundle(reward)
             # The games return Python values; the conversions are for other types (numpy).
-            if type(reward) is not float:
-                reward = float(reward)
             if type(terminated) is not bool:
                 terminated = bool(terminated)
             if type(gym_truncated) is not bool:
@@ -418,47 +455,81 @@ class GymnasiumEnvironment(EpisodeMembers):
             except (KeyError, TypeError):
                 text = board = self._board_of(obs)
             obs = obs if type(obs) in _SCALARS else _plain(obs)
-            # ``_plain(info)`` inlined for the games' flat info dicts (``{"prob": 1.0}``).
+            # ``_plain(info)`` inlined for the games' flat info dicts: the grid games'
+            # ``{"prob": p}`` in two checks, any other dict key by key. Such a dict is kept, not
+            # copied: the unwrapped toy-text games build a new info dict in every ``step`` and
+            # keep no reference to it, so no one else holds it.
             if type(info) is dict:
-                for key, value in info.items():
-                    if type(key) is not str or type(value) not in _SCALARS:
-                        info = _plain(info)
-                        break
-                else:
-                    info = info.copy()
+                # (a missing "prob" gives the dict itself, which is not a scalar)
+                if len(info) != 1 or type(info.get("prob", info)) not in _SCALARS:
+                    for key, value in info.items():
+                        if type(key) is not str or type(value) not in _SCALARS:
+                            info = _plain(info)
+                            break
             else:
                 info = _plain(info)
-            rewards = self._bundles.get(reward) or self._reward_bundle(reward)
-        truncated = gym_truncated or (not terminated and step >= (self._max_steps or 0))
-        done = terminated or truncated
+        truncated = gym_truncated or (not terminated and step >= self._max_steps)
+        # The five frozen objects are filled in place, as their ``_make`` constructors do
+        # (every value is built here, so skipping the checks is safe; test_gymnasium_fastpath
+        # holds them equal to the public constructors'): the five calls cost 3-4% of a
+        # CliffWalking step, where the adapter's own work is about half of the step.
+        total = hidden.total_reward + reward
+        content = _new(ObservationContent)
+        d = content.__dict__
+        d["text"] = board
+        d["images"] = ()
+        d["data"] = {"gym_info": info, "gym_reward": reward, "episode_step": step}
+        new_observation = _new(Observation)
+        d = new_observation.__dict__
+        d["prompt"] = text
         # One tuple concatenation: the history grows every step, and ``(*old, a, b)`` would
         # copy it twice (into a list, then a tuple).
-        messages = observation.messages + (
+        d["messages"] = observation.messages + (
             {"role": "assistant", "content": reply},
             {"role": "user", "content": text},
         )
-        data = {"gym_info": info, "gym_reward": reward, "episode_step": step}
-        # Every value below is built here, so the fast constructors' lack of checks is safe;
-        # the generated __init__s (one object.__setattr__ per field) of the five frozen
-        # objects would cost about a third of the step.
-        total = hidden.total_reward + reward
-        next_state = _state(
-            _observation(text, messages, (), (), (), observation.task, _content(board, (), data)),
-            _tuple_new(GymHidden, (obs, total, hidden.seed)),
-            _metadata(
-                step, meta.episode_id, done, {"extracted_answer": extracted, "total_reward": total}
-            ),
-        )
+        d["tool_results"] = d["available_tools"] = d["images"] = ()
+        d["task"] = observation.task
+        d["state"] = content
+        new_meta = _new(StateMetadata)
+        d = new_meta.__dict__
+        d["step"] = step
+        d["episode_id"] = meta.episode_id
+        d["is_terminal"] = terminated or truncated
+        d["info"] = {"extracted_answer": extracted, "total_reward": total}
+        next_state = _new(State)
+        d = next_state.__dict__
+        d["observation"] = new_observation
+        d["hidden"] = _tuple_new(GymHidden, (obs, total, hidden.seed))
+        d["metadata"] = new_meta
         self._latest = next_state
-        return _step_result(
-            next_state,
-            rewards,
-            terminated,
-            truncated,
-            extracted,
-            None if index is None else mapper.format_action(index),
-            {"gym_info": info, "action_index": index},
-        )
+        result = _new(StepResult)
+        d = result.__dict__
+        d["next_state"] = next_state
+        d["rewards"] = rewards
+        d["terminated"] = terminated
+        d["truncated"] = truncated
+        d["extracted_action"] = extracted
+        d["resolved_action"] = resolved
+        d["info"] = {"gym_info": info, "action_index": index}
+        return result
+
+    def _read_tag(
+        self, inner: str, mapper: ActionMapper
+    ) -> tuple[str | None, int | None, str | None]:
+        """The reading of an ``<action>`` tag's content ``inner`` (the default post-cleaner's
+        output, its action index and name), the memo in ``step`` missed; kept in the memo."""
+        extracted = inner.strip().rstrip(".,")
+        index = mapper.parse(extracted)
+        read = (extracted, index, None if index is None else mapper.format_action(index))
+        if isinstance(mapper, ActionMapper):
+            if mapper is not self._read_mapper or mapper._parsed is not self._read_under:
+                # another mapper, or other rules
+                self._read, self._replies = {}, {}
+                self._read_mapper, self._read_under = mapper, mapper._parsed
+            if len(self._read) < _READ_CACHE:
+                self._read[inner] = read
+        return read
 
     def compute_rewards(
         self, state: State[GymHidden], action: Action, next_state: State[GymHidden]
