@@ -18,7 +18,10 @@
    scriptable OpenAI server in its own process): the rollout flow with ``trace_sample_rate``
    1.0 against 0.0, same trajectories; plus cost per trace and per span, and ``tail_s``: how
    long each traced rollout waited for the trace writer after its last trajectory (what
-   tracing adds that the 200 ms waits did not hide). Target < 10%.
+   tracing adds that the 200 ms waits did not hide). Target < 10%. ``--tracing-server
+   server`` / ``server-otlp`` (repeatable) measure it again with a lean ``mlflow server``
+   over a SQLite file as the tracking URI (started before timing, like the Prefect API), with
+   MLflow's default export or with ``TWINKLE_TRACE_TRANSPORT=otlp`` (``twinkle.tracking.otlp``).
 4. Trace writing cost per trace: ``TraceWriter`` (MLflow's public tracing API), CPU of the
    whole process and wall time, in batches as the trace writer gets them.
 
@@ -35,6 +38,16 @@ one, about half of it; one transaction per feedback), which the rollout waits fo
 (``tail_s``) because trajectories at high concurrency finish together. Overhead at 10k rows
 / 500 trajectories (quiet, after that fix): +135% traced, +44% untraced, cold round +116%
 (target 15%); tracing 500 traces is most of the difference.
+
+2026-12-02 (load 2-4, the three interleaved in one process, 3 rounds each; min / median
+ratio, tail after the last trajectory): SQLite file, default export +37% / +26%, tail
+2.0-2.8 s; MLflow server, default export +61% / +61%, tail 4.0-4.7 s (the server stores each
+trace from its spans, then merges the trace info into it row by row); MLflow server, OTLP
+transport +0.6% / +12.6%, tail 0.36-0.49 s (untraced runs 8.2-8.3 s; two of three traced
+runs took 1.0 s longer: the server's own work, about 7 ms of CPU per 8-span trace, against
+27 ms per trace for the SQLite path measured quiet). What is left on SQLite: one writer at
+a time holds the file's write lock, so two writer processes use about 1.2 cores, and the
+last wave of 32 trajectories (32 x 27 ms) is written after the rollout.
 
 Later (two trace writers, ``TWINKLE_TRACE_WRITERS``), on a day when this machine ran about
 a third slower per core (trace writing 33 ms CPU per trace against 23 before), 3 rounds
@@ -378,8 +391,37 @@ def bench_trace_write(tmp: Path, n_traj: int, batch: int = 32) -> dict:
     }
 
 
-def bench_tracing(tmp: Path, n_traj: int, concurrency: int, rounds: int = 3) -> dict:
-    """Rollout flow against a 200 ms endpoint, traced vs untraced (``rounds`` runs of each, 1-3)."""
+def bench_tracing(
+    tmp: Path, n_traj: int, concurrency: int, rounds: int = 3, store: str = "sqlite"
+) -> dict:
+    """Rollout flow against a 200 ms endpoint, traced vs untraced (``rounds`` runs of each, 1-3).
+
+    ``store``: ``sqlite`` (a SQLite file, MLflow's default export: the default setup), or a
+    lean ``mlflow server`` over one, started before timing like the Prefect API: ``server``
+    (MLflow's default export to it) or ``server-otlp`` (``TWINKLE_TRACE_TRANSPORT=otlp``:
+    spans to its OTLP endpoint, ``twinkle.tracking.otlp``)."""
+    if store == "sqlite":
+        return _bench_tracing(tmp, n_traj, concurrency, rounds, None)
+    from twinkle.testing.mlflow_server import MLflowServer
+
+    t0 = time.perf_counter()
+    with MLflowServer(f"sqlite:///{tmp}/{store}.db", f"{tmp}/{store}-artifacts") as server:
+        started = time.perf_counter() - t0
+        saved = os.environ.get("TWINKLE_TRACE_TRANSPORT")
+        os.environ["TWINKLE_TRACE_TRANSPORT"] = "otlp" if store == "server-otlp" else "store"
+        try:
+            out = _bench_tracing(tmp / store, n_traj, concurrency, rounds, server.uri)
+        finally:
+            if saved is None:
+                os.environ.pop("TWINKLE_TRACE_TRANSPORT", None)
+            else:
+                os.environ["TWINKLE_TRACE_TRANSPORT"] = saved
+    return {"store": store, "mlflow_server_start_s": round(started, 2), **out}
+
+
+def _bench_tracing(
+    tmp: Path, n_traj: int, concurrency: int, rounds: int, server_uri: str | None
+) -> dict:
     import json as _json
 
     from flows.params import PolicyParams, RolloutParams, RunParams, TrackingParams
@@ -392,6 +434,7 @@ def bench_tracing(tmp: Path, n_traj: int, concurrency: int, rounds: int = 3) -> 
         for r in generate(n_traj * 2, seed=11)
         if any(m.get("role") == "tool" for m in r["messages"])
     ][:n_traj]
+    tmp.mkdir(parents=True, exist_ok=True)
     conv = tmp / "tracing-conv.jsonl"
     conv.write_text("".join(_json.dumps(r) + "\n" for r in rows))
     results = {}
@@ -413,7 +456,7 @@ def bench_tracing(tmp: Path, n_traj: int, concurrency: int, rounds: int = 3) -> 
                 policy=PolicyParams(base_url=server.base_url, model="m"),
             )
             tracking = TrackingParams(
-                tracking_uri=f"sqlite:///{tmp}/tracing-{label}.db",
+                tracking_uri=server_uri or f"sqlite:///{tmp}/tracing-{label}.db",
                 artifact_location=f"{tmp}/tracing-{label}-mlruns",
                 trace_sample_rate=rate,
             )
@@ -464,6 +507,13 @@ def main() -> None:
         action="append",
         help="run only these parts (repeatable); default: all",
     )
+    ap.add_argument(
+        "--tracing-server",
+        choices=("server", "server-otlp"),
+        action="append",
+        default=[],
+        help="also measure tracing against a local mlflow server (repeatable)",
+    )
     args = ap.parse_args()
     parts = set(args.only or ("run", "overhead", "tracing", "trace-write"))
     if args.skip_run:
@@ -487,6 +537,10 @@ def main() -> None:
                     )
                 if "tracing" in parts:
                     result["tracing"] = bench_tracing(tmp, n_trace, concurrency)
+                    for store in args.tracing_server:
+                        result[f"tracing_{store.replace('-', '_')}"] = bench_tracing(
+                            tmp, n_trace, concurrency, store=store
+                        )
         if "trace-write" in parts:
             result["trace_write"] = bench_trace_write(tmp, 64 if args.quick else 512)
         result["load_avg"] = [round(x, 2) for x in os.getloadavg()]

@@ -266,7 +266,11 @@ def trace_key(trajectory: dict[str, Any], index: int) -> str:
 
 
 def _writer_options(trace: dict[str, Any]) -> dict[str, Any]:
+    from twinkle.tracking.otlp import transport_for
+
     return {
+        # Read here, in the flow's process: the writer processes outlive one flow run's env.
+        "transport": transport_for(trace["tracker"].tracking_uri),
         "run_id": trace["run_id"],
         "dataset": trace["dataset"],
         "sample_rate": trace["sample_rate"],

@@ -1,7 +1,9 @@
-"""TraceWriter against a real MLflow SQLite store, through MLflow's public API only: what the
-public read API returns is what ``build_spans`` built (span tree, types, payloads, timings,
-status, attributes), with the trace's tags, metadata, session, state, token usage, feedback
-(values, rationales, errors) and search filters."""
+"""TraceWriter against a real MLflow SQLite store, and against a real ``mlflow server`` over
+that kind of store (traces sent to its OTLP endpoint, ``twinkle.tracking.otlp``), through
+MLflow's public API only: what the public read API returns is what ``build_spans`` built
+(span tree, types, payloads, timings, status, attributes), with the trace's tags, metadata,
+session, state, token usage, feedback (values, rationales, errors), run link and search
+filters."""
 
 from __future__ import annotations
 
@@ -9,6 +11,9 @@ import ast
 import time
 from pathlib import Path
 
+import pytest
+
+from twinkle.testing.mlflow_server import MLflowServer
 from twinkle.tracking import MLflowTracker, TraceWriter, build_spans
 
 _NOW = time.time_ns()
@@ -44,17 +49,30 @@ def _trajectory(i: int, failed: bool = False) -> dict:
     }
 
 
-def _writer(tmp: Path) -> tuple[TraceWriter, str, str]:
-    uri = f"sqlite:///{tmp}/store.db"
-    tracker = MLflowTracker(uri, "traces", str(tmp / "art"))
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("mlflow-server")
+    with MLflowServer(f"sqlite:///{tmp}/server.db", str(tmp / "artifacts")) as server:
+        yield server
+
+
+def _writer(tmp: Path, uri: str | None = None) -> tuple[TraceWriter, str, str]:
+    uri = uri or f"sqlite:///{tmp}/store.db"
+    # An experiment per test: a shared server keeps the others' traces.
+    tracker = MLflowTracker(uri, f"traces-{tmp.name}", str(tmp / "art"))
     run = tracker.start_run("k", name="r")
     return tracker.trace_writer(run, session="session-1", dataset="unit"), uri, run
 
 
-def test_what_is_read_back_is_what_was_built(tmp_path):
+@pytest.mark.parametrize("store", ["sqlite", "server", "server-otlp"])
+def test_what_is_read_back_is_what_was_built(tmp_path, store, request, monkeypatch):
     from mlflow import MlflowClient
 
-    writer, uri, run = _writer(tmp_path)
+    monkeypatch.setenv("TWINKLE_TRACE_TRANSPORT", "otlp" if store == "server-otlp" else "store")
+    server = request.getfixturevalue("mlflow_server") if store != "sqlite" else None
+    writer, uri, run = _writer(tmp_path, server.uri if server else None)
+    sent = store == "server-otlp"
+    assert writer.transport == ("otlp" if sent else "store")
     trajs = [_trajectory(i, failed=(i == 1)) for i in range(3)]
     rewards = [{"total": 1.0, "judge": None, "label": "ok"}, {"total": None}, {"total": 0.0}]
     report = writer.write(trajs, rewards, keys=["k0", "k1", "k2"])
@@ -71,7 +89,8 @@ def test_what_is_read_back_is_what_was_built(tmp_path):
             assert s.inputs == b.inputs and s.outputs == b.outputs
             assert (s.status.status_code.value == "ERROR") == bool(b.error)
             for k, v in b.attributes.items():
-                assert s.attributes[k] == v
+                # Through OTLP, MLflow's server reads back whole-number attributes as text.
+                assert s.attributes[k] == v or (sent and s.attributes[k] == str(v))
             parent = by_id.get(s.parent_id)
             assert (parent.name if parent else None) == (
                 built[b.parent].name if b.parent is not None else None
@@ -84,9 +103,11 @@ def test_what_is_read_back_is_what_was_built(tmp_path):
         assert info.state.value == ("ERROR" if failed else "OK")
         assert info.tags["twinkle.trace_key"] == key and info.tags["row_id"] == traj["id"]
         assert info.tags["status"] == ("failed" if failed else "ok")
-        assert info.tags["dataset"] == "unit" and info.tags["mlflow.traceName"] == "trajectory"
+        assert info.tags["dataset"] == "unit"
         assert info.trace_metadata["mlflow.trace.session"] == "session-1"
-        assert info.trace_metadata["mlflow.sourceRun"] == run
+        if not sent:  # through OTLP the run is linked instead: searched by run below
+            assert info.tags["mlflow.traceName"] == "trajectory"
+            assert info.trace_metadata["mlflow.sourceRun"] == run
         assert info.request_time == built[0].start_ns // 1_000_000
         assert info.token_usage == {"input_tokens": 5, "output_tokens": 1, "total_tokens": 6}
         feedback = {a.name: a for a in info.assessments}
@@ -106,8 +127,10 @@ def test_what_is_read_back_is_what_was_built(tmp_path):
         locations=[writer.experiment_id], filter_string="tag.status = 'failed'"
     )
     assert [t.info.tags["twinkle.trace_key"] for t in found] == ["k1"]
+    # Through OTLP, MLflow 3.17's server stores span types JSON-quoted (twinkle.tracking.otlp).
+    llm = "'\"LLM\"'" if sent else "'LLM'"
     found = client.search_traces(
-        locations=[writer.experiment_id], filter_string="span.type = 'LLM'"
+        locations=[writer.experiment_id], filter_string=f"span.type = {llm}"
     )
     assert len(found) == 3
     assert len(client.search_traces(locations=[writer.experiment_id], run_id=run)) == 3
@@ -172,3 +195,33 @@ def test_tracking_uses_only_public_mlflow_names():
             ]
             private += [f"{path.name}:{node.lineno}: {n}" for n in bad]
     assert private == []
+
+
+def test_the_transport_is_an_opt_in_for_a_server(tmp_path, monkeypatch):
+    from twinkle.tracking.otlp import transport_for
+
+    monkeypatch.delenv("TWINKLE_TRACE_TRANSPORT", raising=False)
+    assert transport_for("http://127.0.0.1:5000") == "store"
+    monkeypatch.setenv("TWINKLE_TRACE_TRANSPORT", "otlp")
+    assert transport_for("https://mlflow.example") == "otlp"
+    assert transport_for(f"sqlite:///{tmp_path}/m.db") == "store"  # no server to send to
+    monkeypatch.setenv("TWINKLE_TRACE_TRANSPORT", "grpc")
+    with pytest.raises(ValueError, match="TWINKLE_TRACE_TRANSPORT"):
+        transport_for("http://127.0.0.1:5000")
+
+
+def test_a_server_and_a_sqlite_store_alternate_in_one_process(tmp_path, mlflow_server, monkeypatch):
+    """The OTLP settings are process-wide: a batch to a SQLite store after one to a server
+    (and back) must land in its own store, through MLflow's default export again."""
+    from mlflow import MlflowClient
+
+    monkeypatch.setenv("TWINKLE_TRACE_TRANSPORT", "otlp")
+
+    for k, uri in enumerate([mlflow_server.uri, None, mlflow_server.uri]):
+        sub = tmp_path / str(k)
+        sub.mkdir()
+        writer, used, _ = _writer(sub, uri)
+        report = writer.write([_trajectory(k)], [{"total": 1.0}], keys=[f"a{k}"])
+        got = MlflowClient(used).get_trace(report.trace_ids[0])
+        assert got.info.tags["twinkle.trace_key"] == f"a{k}"
+        assert ("mlflow.sourceRun" in got.info.trace_metadata) == (uri is None)

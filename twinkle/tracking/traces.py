@@ -47,6 +47,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from twinkle.tracking import otlp
 from twinkle.tracking.feedback import log_feedback, rationale, summarize_rewards
 from twinkle.tracking.scrub import scrub_secrets, scrub_text
 from twinkle.tracking.spans import SpanRecord, build_spans, is_failed, sampled, trajectory_key
@@ -110,6 +111,9 @@ class TraceWriter:
         max_spans: spans per trace, root included; later spans are counted, not written.
         max_payload_chars: characters kept per span input or output.
         max_trace_chars: characters kept over all payloads of one trace.
+        transport: ``store`` (MLflow's default export) or ``otlp`` (spans to an MLflow
+            server's OTLP endpoint; see ``twinkle.tracking.otlp``); default: from
+            ``TWINKLE_TRACE_TRANSPORT``.
 
     Example:
         >>> w = TraceWriter(uri, experiment_id=eid, session='flow-run-42',  # doctest: +SKIP
@@ -132,6 +136,7 @@ class TraceWriter:
         max_spans: int = 64,
         max_payload_chars: int = 4000,
         max_trace_chars: int = 64000,
+        transport: str | None = None,
     ) -> None:
         if not 0.0 <= sample_rate <= 1.0:
             raise ValueError(f"sample_rate must be within [0, 1], got {sample_rate!r}")
@@ -148,6 +153,12 @@ class TraceWriter:
         self.max_spans = max_spans
         self.max_payload_chars = max_payload_chars
         self.max_trace_chars = max_trace_chars
+        #: ``otlp``: spans to the server's OTLP endpoint, stored once (``twinkle.tracking.otlp``)
+        self.transport = transport or otlp.transport_for(tracking_uri)
+        if self.transport not in (otlp.OTLP, otlp.STORE):
+            raise ValueError(f"transport must be 'otlp' or 'store', got {self.transport!r}")
+        if self.transport == otlp.OTLP and not tracking_uri.startswith(("http://", "https://")):
+            raise ValueError("the otlp transport sends to an MLflow server: give its http(s) URI")
 
     def existing_keys(self) -> set[str]:
         """Trajectory keys this session already traced (one search query)."""
@@ -256,11 +267,16 @@ class TraceWriter:
         import mlflow
 
         batch = uuid.uuid4().hex
+        sent = self.transport == otlp.OTLP
         with _tracing_to(self.tracking_uri):
-            trace_ids = [self._trace(mlflow, p, batch) for p in pending]
+            otlp.use_endpoint(self.tracking_uri if sent else None, self.experiment_id)
+            trace_ids = [self._trace(mlflow, p, batch, sent) for p in pending]
             # Spans are exported in the background; a trace must be stored before feedback
             # can be attached to it.
-            self._wait_stored(mlflow, batch, scrub_text(pending[-1].key), len(pending))
+            if sent:
+                self._flush_sent(trace_ids, batch)
+            else:
+                self._wait_stored(mlflow, batch, scrub_text(pending[-1].key), len(pending))
             for trace_id, p in zip(trace_ids, pending):
                 self._feedback(mlflow, trace_id, p.trajectory, p.reward)
         return trace_ids
@@ -299,18 +315,57 @@ class TraceWriter:
                 # less often the longer it takes (at most ~10% late, 0.2 s at most).
                 time.sleep(min(0.2, max(0.02, 0.1 * (time.monotonic() - started))))
 
-    def _trace(self, mlflow: Any, p: _Pending, batch: str) -> str:
+    def _flush_sent(self, trace_ids: list[str], batch: str) -> None:
+        """Wait for the OTLP export of a batch, check the server stored all of it (an
+        exporter drops what it cannot send, so a lost trace fails the batch instead of
+        vanishing), and link the traces to the run."""
+        from mlflow import MlflowClient
+
+        client = MlflowClient(self.tracking_uri)
+        deadline = time.monotonic() + STORE_TIMEOUT_S
+        while True:
+            exported = otlp.flush(max(1.0, deadline - time.monotonic()))
+            found = client.search_traces(
+                locations=[self.experiment_id],
+                filter_string=f"tag.`twinkle.batch` = '{batch}'",
+                include_spans=False,
+                max_results=max(1, len(trace_ids)),
+            )
+            if len(found) >= len(trace_ids):
+                break
+            if time.monotonic() > deadline or not exported:
+                raise RuntimeError(
+                    f"the MLflow server at {scrub_text(self.tracking_uri)} stored "
+                    f"{len(found)} of {len(trace_ids)} traces sent to its OTLP endpoint "
+                    "(/v1/traces); check its log, or set TWINKLE_TRACE_TRANSPORT=store"
+                )
+            time.sleep(0.05)
+        if self.run_id:  # the spans cannot carry the run: linked here (100 per call at most)
+            for i in range(0, len(trace_ids), 100):
+                client.link_traces_to_run(trace_ids[i : i + 100], self.run_id)
+
+    def _trace(self, mlflow: Any, p: _Pending, batch: str, sent: bool = False) -> str:
         from mlflow.entities import NoOpSpan
 
         root_rec, *children = p.spans
         tags = self._tags(p.key, _row_id(p.trajectory, p.key), p.trajectory, p.reward)
+        tags["twinkle.batch"] = batch
+        attributes = _attributes(root_rec)
+        if sent:
+            # Through OTLP the server reads tags and the session from root span attributes
+            # (``twinkle.tracking.otlp``); the run is linked after the batch is stored.
+            attributes.update({otlp.TRACE_TAG + k: v for k, v in tags.items()})
+            attributes["session.id"] = self.session
+            tags, metadata = {}, {}
+        else:
+            metadata = self._metadata()
         root = mlflow.start_span_no_context(
             root_rec.name,
             span_type=root_rec.span_type,
             inputs=root_rec.inputs,
-            attributes=_attributes(root_rec),
-            tags={**tags, "twinkle.batch": batch},
-            metadata=self._metadata(),
+            attributes=attributes,
+            tags=tags or None,
+            metadata=metadata or None,
             experiment_id=self.experiment_id,
             start_time_ns=root_rec.start_ns,
         )
