@@ -325,18 +325,25 @@ class TraceWriter:
         deadline = time.monotonic() + STORE_TIMEOUT_S
         while True:
             exported = otlp.flush(max(1.0, deadline - time.monotonic()))
-            found = client.search_traces(
-                locations=[self.experiment_id],
-                filter_string=f"tag.`twinkle.batch` = '{batch}'",
-                include_spans=False,
-                max_results=max(1, len(trace_ids)),
-            )
-            if len(found) >= len(trace_ids):
+            found, token = 0, None
+            while True:  # pages: a server answers at most 500 per search
+                page = client.search_traces(
+                    locations=[self.experiment_id],
+                    filter_string=f"tag.`twinkle.batch` = '{batch}'",
+                    include_spans=False,
+                    max_results=min(500, max(1, len(trace_ids))),
+                    page_token=token,
+                )
+                found += len(page)
+                token = getattr(page, "token", None)
+                if not token or found >= len(trace_ids):
+                    break
+            if found >= len(trace_ids):
                 break
             if time.monotonic() > deadline or not exported:
                 raise RuntimeError(
                     f"the MLflow server at {scrub_text(self.tracking_uri)} stored "
-                    f"{len(found)} of {len(trace_ids)} traces sent to its OTLP endpoint "
+                    f"{found} of {len(trace_ids)} traces sent to its OTLP endpoint "
                     "(/v1/traces); check its log, or set TWINKLE_TRACE_TRANSPORT=store"
                 )
             time.sleep(0.05)
