@@ -69,6 +69,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -407,15 +408,9 @@ def bench_tracing(
     t0 = time.perf_counter()
     with MLflowServer(f"sqlite:///{tmp}/{store}.db", f"{tmp}/{store}-artifacts") as server:
         started = time.perf_counter() - t0
-        saved = os.environ.get("TWINKLE_TRACE_TRANSPORT")
-        os.environ["TWINKLE_TRACE_TRANSPORT"] = "otlp" if store == "server-otlp" else "store"
-        try:
+        transport = "otlp" if store == "server-otlp" else "store"
+        with mock.patch.dict(os.environ, {"TWINKLE_TRACE_TRANSPORT": transport}):
             out = _bench_tracing(tmp / store, n_traj, concurrency, rounds, server.uri)
-        finally:
-            if saved is None:
-                os.environ.pop("TWINKLE_TRACE_TRANSPORT", None)
-            else:
-                os.environ["TWINKLE_TRACE_TRANSPORT"] = saved
     return {"store": store, "mlflow_server_start_s": round(started, 2), **out}
 
 

@@ -1,6 +1,7 @@
-"""The gymnasium adapter's step shortcuts give what the general code gives: the objects it
-fills in place equal the public constructors', the per-reply memo follows the mapper and the
-cleaners, the reward memo gives floats, and each step's info is its own."""
+"""The gymnasium adapter's step shortcuts give what the general code gives: the objects its
+fast constructors (``_make``) build equal the public constructors', the per-reply memo
+follows the mapper and the cleaners, the reward memo gives floats, and each step's info is
+its own."""
 
 import dataclasses
 import math
@@ -28,7 +29,7 @@ def rebuilt(obj):
     if not dataclasses.is_dataclass(obj):
         return obj
     names = [f.name for f in dataclasses.fields(obj)]
-    # filled in place, so the instance dict must hold exactly the fields, in order
+    # built by ``_make``, so the instance dict must hold exactly the fields, in order
     assert list(vars(obj)) == names
     return type(obj)(**{n: rebuilt(getattr(obj, n)) for n in names})
 
