@@ -235,3 +235,28 @@ def test_api_key_is_required(monkeypatch):
         "E2B_API_KEY": "from-env",
     }
     assert os.environ["E2B_API_KEY"] == "from-env"
+
+
+def test_sandboxes_work_with_server_descriptors_past_fd_setsize(sdk):
+    """A server holding hundreds of live sandboxes has descriptors numbered 1024 and up, which
+    ``select()`` cannot watch. A sandbox created then must still boot, run commands and serve
+    files (it once died at boot with "init sent a malformed message")."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 2048:  # the test needs room for 1,100 more descriptors
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(4096, hard), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        assert max(held) >= 1024
+        sbx = Sandbox.create(**sdk)
+        try:
+            assert sbx.commands.run("echo booted").stdout == "booted\n"
+            sbx.files.write("/home/user/n.txt", "past FD_SETSIZE")
+            assert sbx.files.read("/home/user/n.txt") == "past FD_SETSIZE"
+        finally:
+            sbx.kill()
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

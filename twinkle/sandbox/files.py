@@ -26,7 +26,6 @@ import functools
 import json
 import os
 import posixpath
-import select
 import shutil
 import stat as stat_mod
 from collections.abc import Iterator
@@ -37,7 +36,7 @@ from typing import Any
 
 from twinkle.errors import SandboxError
 from twinkle.sandbox.isolation import SANDBOX_HOME, SANDBOX_TMP
-from twinkle.sandbox.processes import InitError, Spawner
+from twinkle.sandbox.processes import InitError, Spawner, pidfd_exited
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 #: Where ``home`` and ``tmp`` are below an isolated sandbox's root.
@@ -205,7 +204,7 @@ class SandboxFiles:
                 nxt = os.open(name, _DIR_FLAGS, dir_fd=fd)
                 os.close(fd)
                 fd = nxt
-            if select.select([pidfd], [], [], 0)[0]:  # exited: the PID may be another's now
+            if pidfd_exited(pidfd):  # exited: the PID may be another's now
                 raise InitError("the sandbox's init is gone")
         except BaseException:
             os.close(fd)
