@@ -151,6 +151,7 @@ def baseline_stages(
     from twinkle.preprocessor.chain import build_pipeline, curate_rows
     from twinkle.protocol.replay import ReplayAPI
     from twinkle.rollout.api_multi_turn import APIMultiTurnRollout
+    from twinkle.rollout.runner import is_failed
     from twinkle.tools import ToolManager
 
     out.mkdir(parents=True)
@@ -202,6 +203,7 @@ def baseline_stages(
         "provision_s": t_prov - t1,
         "total_s": t2 - t0,
         "trajectories": len(outs),
+        "failed": sum(is_failed(t) for t in outs),
     }
 
 
@@ -241,6 +243,7 @@ def flow_stages(
     return {
         "total_s": time.perf_counter() - t0,
         "trajectories": summary["trajectories"],
+        "failed": summary["failed"],
         "traces": summary["traces_written"],
         "store_setup_s": setup,
         "curation_s": summary["curation_s"],
@@ -283,6 +286,13 @@ def bench_overhead(tmp: Path, n_rows: int, n_traj: int, concurrency: int, repeat
     plain = baseline_stages(
         path, tmp / "base-inprocess", n_traj, filters, concurrency, server="inprocess"
     )
+    # Same work or no figure: a run whose trajectories failed did less (a baseline with 285 of
+    # 500 sandboxes dead at boot once made the flow look 5 s slower than it was).
+    work = {(r["trajectories"], r["failed"]) for rnd in rounds for r in rnd} | {
+        (plain["trajectories"], plain["failed"])
+    }
+    if work != {(n_traj, 0)}:
+        raise RuntimeError(f"unequal work, (trajectories, failed) per run: {sorted(work)}")
     cold, warm = rounds[0], rounds[1:]
     paired = [f["total_s"] / d["total_s"] - 1 for d, f, _ in warm]
     paired_untraced = [u["total_s"] / d["total_s"] - 1 for d, _, u in warm]
