@@ -260,3 +260,40 @@ def test_sandboxes_work_with_server_descriptors_past_fd_setsize(sdk):
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.mark.slow
+def test_server_started_with_a_low_open_files_limit_holds_many_sandboxes(root_dir):
+    """Many hosts start processes with a soft limit of 1,024 open files, or less; the server
+    raises its own (up to the hard limit) so that sandboxes do not fail past a few hundred.
+    Here the limit is 160 (about 25 sandboxes before the server raised it) and 60 live
+    sandboxes each run a command."""
+    import resource
+    from concurrent.futures import ThreadPoolExecutor
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.fail(f"this host's hard open-files limit ({hard}) is too low for the test")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "twinkle", "sandbox", "serve", "--port", "0"]
+        + ["--api-key", KEY, "--root", str(root_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (160, hard)),
+    )
+    try:
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), proc.stderr.read()
+
+        def create(_: int) -> Sandbox:
+            return Sandbox.create(api_url=url, sandbox_url=url, api_key=KEY)
+
+        with ThreadPoolExecutor(8) as pool:
+            boxes = list(pool.map(create, range(60)))
+            outs = list(pool.map(lambda b: b.commands.run("echo up").stdout, boxes))
+            assert outs == ["up\n"] * 60
+            list(pool.map(lambda b: b.kill(), boxes))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)

@@ -21,6 +21,7 @@ import contextlib
 import logging
 import os
 import re
+import resource
 import shutil
 import tempfile
 import threading
@@ -50,6 +51,10 @@ ROOT_PREFIX = "twinkle-sandboxes-"
 #: The file in a server's folder that names the process owning it: "PID START_TIME".
 PID_FILE = ".server-pid"
 _SANDBOX_DIR = re.compile(r"^i[0-9a-f]{20}$")
+#: Descriptors a live sandbox holds in the server (measured 5: the init's socket, two pidfds,
+#: its stderr pipe, a client's connection), with room to spare; and the server's own.
+FDS_PER_SANDBOX = 6
+FDS_BASE = 256
 
 
 class SandboxServer:
@@ -193,6 +198,7 @@ class SandboxServer:
                         f"{k}: {v.removeprefix('not enforced: ')}" for k, v in missing.items()
                     )
                 )
+            open_files_for(self.manager.max_sandboxes)
             self._serve(timeout)
         except BaseException:
             self.stop()  # leaves no directory or thread behind
@@ -281,6 +287,40 @@ class SandboxServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def open_files_for(max_sandboxes: int) -> int:
+    """Raise this process's open-files limit (soft, up to the hard one) to what
+    ``max_sandboxes`` live sandboxes need; returns how many sandboxes the limit now holds.
+
+    Many hosts start processes with a soft limit of 1,024 descriptors: a server would then
+    fail to create sandboxes, or accept connections, past about 170 live ones. Where the hard
+    limit is lower than needed, a warning says how many fit and how to raise it.
+
+    Example:
+        >>> open_files_for(16) >= 16
+        True
+    """
+    need = FDS_BASE + FDS_PER_SANDBOX * max_sandboxes
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return max_sandboxes
+    fits = max(0, (soft - FDS_BASE) // FDS_PER_SANDBOX)
+    if fits < max_sandboxes:
+        log.warning(
+            "the open-files limit (%d) holds about %d live sandboxes, not max_sandboxes=%d; "
+            "raise the hard limit (ulimit -Hn, LimitNOFILE= in a systemd unit, --ulimit "
+            "nofile= in docker) or keep fewer sandboxes alive at once",
+            soft,
+            fits,
+            max_sandboxes,
+        )
+    return min(fits, max_sandboxes)
 
 
 def _start_time(pid: int) -> str:
