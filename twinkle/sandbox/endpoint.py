@@ -70,7 +70,11 @@ class LocalSandboxServer:
         import select
 
         if self._endpoint is None:
-            ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+            # poll, not select: a long-lived process (a Prefect worker) may hold descriptors
+            # numbered past 1024, which select refuses.
+            poller = select.poll()
+            poller.register(self.proc.stdout, select.POLLIN)
+            ready = poller.poll(timeout * 1000)
             url = self.proc.stdout.readline().strip() if ready else ""
             if url.startswith("http"):
                 self._endpoint = {"api_url": url, "api_key": self.api_key}

@@ -467,7 +467,9 @@ class ServerProcess:
     def __enter__(self) -> Self:
         self._proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, text=True)
         # Wait for the ready line, but never forever: a child that hangs is an error too.
-        ready, _, _ = select.select([self._proc.stdout], [], [], 60)
+        poller = select.poll()  # not select: it refuses descriptors numbered past 1024
+        poller.register(self._proc.stdout, select.POLLIN)
+        ready = poller.poll(60_000)
         line = self._proc.stdout.readline().strip() if ready and self._proc.stdout else ""
         if not line.startswith("http"):
             self.__exit__()
