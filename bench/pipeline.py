@@ -69,6 +69,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 REPO = Path(__file__).resolve().parent.parent
@@ -254,6 +255,18 @@ def flow_stages(
     }
 
 
+def check_same_work(runs: Any, n_traj: int) -> None:
+    """Same work or no figure: every run rolled out ``n_traj`` trajectories and none failed.
+
+    A run whose trajectories failed did less: a direct baseline with 285 of its 500 sandboxes
+    dead at boot (a sandbox-server bug, since fixed) once made the flow look 5 s slower."""
+    work = sorted({(r["trajectories"], r["failed"]) for r in runs})
+    if work != [(n_traj, 0)]:
+        raise RuntimeError(
+            f"unequal work, (trajectories, failed) per run: {work}; expected {(n_traj, 0)}"
+        )
+
+
 def bench_overhead(tmp: Path, n_rows: int, n_traj: int, concurrency: int, repeats: int = 3) -> dict:
     from flows.params import DEFAULT_FILTERS
 
@@ -286,13 +299,7 @@ def bench_overhead(tmp: Path, n_rows: int, n_traj: int, concurrency: int, repeat
     plain = baseline_stages(
         path, tmp / "base-inprocess", n_traj, filters, concurrency, server="inprocess"
     )
-    # Same work or no figure: a run whose trajectories failed did less (a baseline with 285 of
-    # 500 sandboxes dead at boot once made the flow look 5 s slower than it was).
-    work = {(r["trajectories"], r["failed"]) for rnd in rounds for r in rnd} | {
-        (plain["trajectories"], plain["failed"])
-    }
-    if work != {(n_traj, 0)}:
-        raise RuntimeError(f"unequal work, (trajectories, failed) per run: {sorted(work)}")
+    check_same_work([r for rnd in rounds for r in rnd] + [plain], n_traj)
     cold, warm = rounds[0], rounds[1:]
     paired = [f["total_s"] / d["total_s"] - 1 for d, f, _ in warm]
     paired_untraced = [u["total_s"] / d["total_s"] - 1 for d, _, u in warm]
@@ -470,6 +477,7 @@ def _bench_tracing(
                 rol, tracking, RunParams(output_dir=str(tmp / f"tracing-{label}"), workers=2)
             )
             results[label] = {**out, "flow_s": time.perf_counter() - t0}
+    check_same_work(results.values(), n_traj)
     # The rollout flow's whole wall time: whatever tracing adds, overlapped or not, shows up here.
     untraced = min(r["flow_s"] for k, r in results.items() if k.startswith("untraced"))
     traced = min(r["flow_s"] for k, r in results.items() if k.startswith("traced"))

@@ -145,3 +145,13 @@ def test_trace_write_part_counts_the_traces_it_wrote(bench, tmp_path):
     assert spans >= round(out["spans_per_trace"] * n_traj)
     assert out["cpu_ms_per_trace"] > 0 and out["wall_ms_per_trace"] > 0
     assert out["traces_per_cpu_s"] == pytest.approx(1000 / out["cpu_ms_per_trace"], rel=0.05)
+
+
+def test_figures_are_refused_when_runs_did_unequal_work(bench):
+    bench.check_same_work([{"trajectories": 3, "failed": 0}] * 2, 3)
+    with pytest.raises(RuntimeError, match="unequal work"):  # one side failed trajectories
+        bench.check_same_work(
+            [{"trajectories": 3, "failed": 0}, {"trajectories": 3, "failed": 2}], 3
+        )
+    with pytest.raises(RuntimeError, match="unequal work"):  # or rolled out fewer
+        bench.check_same_work([{"trajectories": 2, "failed": 0}], 3)
