@@ -99,10 +99,11 @@ def bench_twinkle_run(tmp: Path) -> dict:
     return {
         "wall_s": round(wall, 2),
         "target_s": 60,
-        "ok": wall < 60,
+        "ok": wall < 60 and summary["failed"] == 0,
         "rows_in": summary["rows_in"],
         "rows_out": summary["rows_out"],
         "trajectories": summary["trajectories"],
+        "failed": summary["failed"],
         "reward_mean": summary["reward_mean"],
         "traces": summary["traces_written"],
     }
@@ -205,6 +206,7 @@ def baseline_stages(
         "total_s": t2 - t0,
         "trajectories": len(outs),
         "failed": sum(is_failed(t) for t in outs),
+        "curated": len(kept),
     }
 
 
@@ -245,6 +247,7 @@ def flow_stages(
         "total_s": time.perf_counter() - t0,
         "trajectories": summary["trajectories"],
         "failed": summary["failed"],
+        "curated": summary["rows_out"],
         "traces": summary["traces_written"],
         "store_setup_s": setup,
         "curation_s": summary["curation_s"],
@@ -256,14 +259,18 @@ def flow_stages(
 
 
 def check_same_work(runs: Any, n_traj: int) -> None:
-    """Same work or no figure: every run rolled out ``n_traj`` trajectories and none failed.
+    """Same work or no figure: every run rolled out ``n_traj`` trajectories, none failed, and
+    (where reported) all curated the same number of rows.
 
     A run whose trajectories failed did less: a direct baseline with 285 of its 500 sandboxes
     dead at boot (a sandbox-server bug, since fixed) once made the flow look 5 s slower."""
+    runs = list(runs)
     work = sorted({(r["trajectories"], r["failed"]) for r in runs})
-    if work != [(n_traj, 0)]:
+    curated = {r["curated"] for r in runs if "curated" in r}
+    if work != [(n_traj, 0)] or len(curated) > 1:
         raise RuntimeError(
-            f"unequal work, (trajectories, failed) per run: {work}; expected {(n_traj, 0)}"
+            f"unequal work, (trajectories, failed) per run: {work}, curated rows: "
+            f"{sorted(curated)}; expected {(n_traj, 0)} and one curated count"
         )
 
 
@@ -300,6 +307,9 @@ def bench_overhead(tmp: Path, n_rows: int, n_traj: int, concurrency: int, repeat
         path, tmp / "base-inprocess", n_traj, filters, concurrency, server="inprocess"
     )
     check_same_work([r for rnd in rounds for r in rnd] + [plain], n_traj)
+    traced = [f["traces"] for _, f, _ in rounds]
+    if traced != [n_traj] * len(rounds):  # every trajectory of a traced flow has its trace
+        raise RuntimeError(f"traced flows wrote {traced} traces, not {n_traj} each")
     cold, warm = rounds[0], rounds[1:]
     paired = [f["total_s"] / d["total_s"] - 1 for d, f, _ in warm]
     paired_untraced = [u["total_s"] / d["total_s"] - 1 for d, _, u in warm]

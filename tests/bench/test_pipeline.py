@@ -148,10 +148,11 @@ def test_trace_write_part_counts_the_traces_it_wrote(bench, tmp_path):
 
 
 def test_figures_are_refused_when_runs_did_unequal_work(bench):
-    bench.check_same_work([{"trajectories": 3, "failed": 0}] * 2, 3)
+    ok, failing = {"trajectories": 3, "failed": 0}, {"trajectories": 3, "failed": 2}
+    bench.check_same_work([ok, {**ok, "curated": 9}, {**ok, "curated": 9}], 3)
     with pytest.raises(RuntimeError, match="unequal work"):  # one side failed trajectories
-        bench.check_same_work(
-            [{"trajectories": 3, "failed": 0}, {"trajectories": 3, "failed": 2}], 3
-        )
+        bench.check_same_work([ok, failing], 3)
     with pytest.raises(RuntimeError, match="unequal work"):  # or rolled out fewer
         bench.check_same_work([{"trajectories": 2, "failed": 0}], 3)
+    with pytest.raises(RuntimeError, match="curated rows"):  # or curated other rows
+        bench.check_same_work([{**ok, "curated": 9}, {**ok, "curated": 8}], 3)
