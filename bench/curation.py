@@ -261,15 +261,46 @@ class PlainHardFilter(Filter):
 
 
 # ------------------------------------------------------------------------ helpers
-def _cpu_and_wall(fn: Callable[[], Any], repeats: int) -> tuple[float, float]:
+def _cpu_and_wall(fn: Callable[[], Any], repeats: int) -> tuple[float, float, Any]:
+    """Best CPU and wall seconds of ``fn()`` over ``repeats``, and its last result."""
     best_cpu = best_wall = float("inf")
+    result = None
     for _ in range(repeats):
+        result = None  # the previous result is freed before the timed call, as before
         gc.collect()
         c0, w0 = time.process_time(), time.perf_counter()
-        fn()
+        result = fn()
         best_cpu = min(best_cpu, time.process_time() - c0)
         best_wall = min(best_wall, time.perf_counter() - w0)
-    return best_cpu, best_wall
+    return best_cpu, best_wall, result
+
+
+def _outcome(kept: list[Any], dropped: Any) -> tuple[list[Any], list[str]]:
+    """Kept row ids and drop reasons of a step's ``(kept, dropped)``; ``dropped`` is a list of
+    dropped rows, a list of such lists (``_chain``) or ``curate_rows``'s ``PipelineStats``."""
+    if hasattr(dropped, "dropped"):  # PipelineStats: {step: {reason: count}}
+        reasons = [r for counts in dropped.dropped().values() for r in counts]
+    else:
+        flat = [d for d in dropped if isinstance(d, dict)]
+        flat += [x for d in dropped if isinstance(d, list) for x in d]
+        reasons = [d.get("drop_reason", "") for d in flat]
+    return [r["id"] for r in kept], reasons
+
+
+def check_same_work(what: str, ours: Any, base: Any = None) -> None:
+    """Refuse a figure whose sides did not do the same, successful work: a step that raised
+    (a ``malformed_*`` drop) is cheaper, and ours and the baseline must keep the same rows."""
+    sides = {"ours": _outcome(*ours)} | ({"baseline": _outcome(*base)} if base else {})
+    for side, (_, reasons) in sides.items():
+        bad = sorted({r for r in reasons if r.startswith("malformed")})
+        if bad:  # the bench rows are well formed: a malformed drop means a step raised
+            raise RuntimeError(f"{what}: {side} dropped rows as {bad}; no figure reported")
+    if base and sides["ours"][0] != sides["baseline"][0]:
+        a, b = sides["ours"][0], sides["baseline"][0]
+        raise RuntimeError(
+            f"{what}: ours kept {len(a)} rows, the baseline {len(b)}, not the same rows "
+            f"({len(set(a) ^ set(b))} differ); the two sides did different work, no figure"
+        )
 
 
 def _rate(n: int, seconds: float) -> float:
@@ -277,10 +308,12 @@ def _rate(n: int, seconds: float) -> float:
 
 
 def _chain(steps: list[Any]) -> Callable[[list[dict[str, Any]]], list[dict[str, Any]]]:
-    def run(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def run(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[list[Any]]]:
+        drops = []  # each step's dropped rows, for check_same_work (one append a step)
         for step in steps:
-            rows, _ = step(rows)
-        return rows
+            rows, dropped = step(rows)
+            drops.append(dropped)
+        return rows, drops
 
     return run
 
@@ -302,28 +335,31 @@ def bench_speed(n_rows: int, repeats: int) -> dict[str, Any]:
         step(rows[:200])
     out: dict[str, Any] = {"rows": n_rows, "avg_row_bytes": round(size / n_rows), "filters": {}}
     for name, step in ours.items():
-        cpu, wall = _cpu_and_wall(lambda s=step: s(rows), repeats)
+        cpu, wall, res = _cpu_and_wall(lambda s=step: s(rows), repeats)
+        check_same_work(name, res)
         out["filters"][name] = {
             "rows_per_s": _rate(n_rows, cpu),
             "mb_per_s": round(mb / cpu, 2),
             "rows_per_s_wall": _rate(n_rows, wall),
         }
     for name in ("DeadLoopFilter", "TokenSoupFilter"):
-        cpu, _ = _cpu_and_wall(lambda s=naive[name]: s(rows), 1)
+        cpu, _, res = _cpu_and_wall(lambda s=naive[name]: s(rows), 1)
+        check_same_work(name, ours[name](rows), res)  # ours again, untimed
         out["filters"][name]["naive_rows_per_s"] = _rate(n_rows, cpu)
         out["filters"][name]["speedup_vs_naive"] = round(
             out["filters"][name]["rows_per_s"] / _rate(n_rows, cpu), 1
         )
     plain = PlainHardFilter(ours["HardFilter"])
-    assert plain(rows)[0] == ours["HardFilter"](rows)[0]  # the same rules, the same rows
-    pcpu, _ = _cpu_and_wall(lambda: plain(rows), repeats)
+    pcpu, _, res = _cpu_and_wall(lambda: plain(rows), repeats)
+    check_same_work("HardFilter", ours["HardFilter"](rows), res)  # the same rules, rows
     hard = out["filters"]["HardFilter"]
     hard["plain_rows_per_s"] = _rate(n_rows, pcpu)
     hard["plain_ratio"] = round(hard["plain_rows_per_s"] / hard["rows_per_s"], 2)
     stages = build_pipeline()
-    cpu, wall = _cpu_and_wall(lambda: curate_rows(rows, stages), repeats)
+    cpu, wall, res = _cpu_and_wall(lambda: curate_rows(rows, stages), repeats)
     plain_steps = [lambda r: _naive_dedup(r), plain, *list(naive.values())[1:]]
-    ncpu, nwall = _cpu_and_wall(lambda: _chain(plain_steps)(rows), 1)
+    ncpu, nwall, nres = _cpu_and_wall(lambda: _chain(plain_steps)(rows), 1)
+    check_same_work("default_chain", res, nres)
     out["default_chain"] = {
         "steps": [s.name for s in stages],
         "rows_per_s": _rate(n_rows, cpu),
@@ -331,8 +367,9 @@ def bench_speed(n_rows: int, repeats: int) -> dict[str, Any]:
         "plain_rows_per_s": _rate(n_rows, ncpu),
         "plain_rows_per_s_wall": _rate(n_rows, nwall),
     }
-    cpu, wall = _cpu_and_wall(lambda: _chain(list(ours.values()))(rows), repeats)
-    ncpu, nwall = _cpu_and_wall(lambda: _chain(list(naive.values()))(rows), 1)
+    cpu, wall, res = _cpu_and_wall(lambda: _chain(list(ours.values()))(rows), repeats)
+    ncpu, nwall, nres = _cpu_and_wall(lambda: _chain(list(naive.values()))(rows), 1)
+    check_same_work("chain", res, nres)
     out["chain"] = {
         "steps": list(ours),
         "rows_per_s": _rate(n_rows, cpu),
@@ -494,7 +531,11 @@ def dedup_child(n: int, which: str) -> dict[str, Any]:
     kept, dropped = step(rows)
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    ids = "\n".join(r["id"] for r in kept).encode()
     return {
+        # For bench_dedup's check (removed before printing): which rows, and any step errors.
+        "kept_ids_md5": hashlib.md5(ids).hexdigest(),
+        "malformed": sum(d.get("drop_reason", "").startswith("malformed") for d in dropped),
         "rows": n,
         "kept": len(kept),
         "dropped": len(dropped),
@@ -503,6 +544,23 @@ def dedup_child(n: int, which: str) -> dict[str, Any]:
         "rows_per_s": _rate(n, cpu),
         "peak_mb_above_loaded_data": round(max(peak - base, 0) / 2**20, 1),
     }
+
+
+def check_dedup(ours: dict[str, Any], naive: dict[str, Any]) -> None:
+    """Exact copies only: both sides must keep the same rows, and neither may drop a row
+    as malformed (a signature that raised is cheaper). Pops the check-only fields."""
+    digests = [side.pop("kept_ids_md5") for side in (ours, naive)]
+    malformed = [side.pop("malformed") for side in (ours, naive)]
+    if any(malformed):
+        raise RuntimeError(f"dedup: malformed drops (ours, naive) = {malformed}; no figure")
+    if (ours["kept"], ours["dropped"]) != (naive["kept"], naive["dropped"]) or len(
+        set(digests)
+    ) != 1:
+        raise RuntimeError(
+            f"dedup: ours kept/dropped {ours['kept']}/{ours['dropped']}, naive "
+            f"{naive['kept']}/{naive['dropped']} (same kept ids: {len(set(digests)) == 1}); "
+            "the two sides did different work, no figure"
+        )
 
 
 def bench_dedup(n: int) -> dict[str, Any]:
@@ -519,6 +577,7 @@ def bench_dedup(n: int) -> dict[str, Any]:
         if proc.returncode != 0:
             return {"error": proc.stderr[-2000:]}
         out[which] = json.loads(proc.stdout)
+    check_dedup(out["ours"], out["naive"])
     out["speedup_vs_naive"] = round(out["ours"]["rows_per_s"] / out["naive"]["rows_per_s"], 2)
     return out
 

@@ -253,7 +253,18 @@ def main() -> None:
             result["near_dedup"] = bench_near(args.near_rows)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    check_same(result)
     print(json.dumps(result, indent=1))
+
+
+def check_same(result: dict[str, Any]) -> None:
+    """Refuse to print figures when the compared paths kept different rows (a side that
+    did less work is not a faster one)."""
+    for entry in result["sizes"]:
+        if entry.get("same_output") is False:
+            raise RuntimeError(f"{entry['rows']} rows: stream and memory outputs differ")
+        if entry.get("ray", {}).get("same_kept_rows") is False:
+            raise RuntimeError(f"{entry['rows']} rows: Ray and stream kept different rows")
 
 
 if __name__ == "__main__":

@@ -22,27 +22,51 @@ import time
 GUESSES = [50, 25, 12, 6, 3, 1, 2]  # target 2: six hints, then the hit
 
 
+def check_episodes(side: str, steps: list, per_round: int = 1) -> None:
+    """Raise unless every episode in ``steps`` (step results in loop order) ran cleanly: no
+    error, not done until the last guess, then done with a total reward of 1.0. ``per_round``
+    episodes step interleaved (the pool: each guess over all slots in turn)."""
+    # Our adapters return errors as data (cheaper, unstepped steps), so a figure needs this.
+    n, block = len(GUESSES), len(GUESSES) * per_round
+    if not steps or len(steps) % block:
+        raise RuntimeError(f"{side}: {len(steps)} step results, not whole episodes of {n}")
+    for start in range(0, len(steps), block):
+        for slot in range(per_round):
+            episode = steps[start + slot : start + block : per_round]
+            for r in episode:
+                obs, info = getattr(r, "observation", None), getattr(r, "info", None) or {}
+                if info.get("error") or (isinstance(obs, str) and obs.startswith("Error:")):
+                    raise RuntimeError(f"{side}: a step failed: {info.get('error') or obs!r}")
+            done = [bool(r.done) for r in episode]
+            reward = sum(r.reward or 0.0 for r in episode)
+            if done != [False] * (n - 1) + [True] or reward != 1.0:
+                raise RuntimeError(f"{side}: an episode ended wrong: done={done}, reward={reward}")
+
+
 def embedded(episodes: int) -> dict[str, float]:
     from twinkle.envs.openenv import OpenEnv
     from twinkle.envs.openenv_envs.number_guess import GuessAction
     from twinkle.envs.openenv_envs.number_guess.server import NumberGuessEnvironment
 
     raw = NumberGuessEnvironment()
+    keep: list = []  # every step's result, checked after the clock (one append per step)
     t = time.perf_counter()
     for _ in range(episodes):
         raw.reset(target=2)
         for g in GUESSES:
-            raw.step(GuessAction(guess=g))
+            keep.append(raw.step(GuessAction(guess=g)))
     plain = time.perf_counter() - t
+    check_episodes("embedded plain", keep)
 
     env = OpenEnv(env_name="number_guess")
+    keep = []
     t = time.perf_counter()
     for _ in range(episodes):
         env.reset(target=2)
         for g in GUESSES:
-            env.step("guess", {"guess": g})
+            keep.append(env.step("guess", {"guess": g}))
     ours = time.perf_counter() - t
-    assert env.episode_reward == 1.0
+    check_episodes("embedded ours", keep)
     steps = episodes * len(GUESSES)
     return {
         "embedded_plain_steps_per_s": round(steps / plain),
@@ -69,23 +93,27 @@ def server(episodes: int) -> dict[str, float]:
     try:
         raw = NumberGuessEnv(base_url=url).sync()
         raw.reset(target=2)
+        keep: list = []  # every step's result, checked after the clock (one append per step)
         t = time.perf_counter()
         for _ in range(episodes):
             raw.reset(target=2)
             for g in GUESSES:
-                raw.step(GuessAction(guess=g))
+                keep.append(raw.step(GuessAction(guess=g)))
         plain = time.perf_counter() - t
         raw.close()
+        check_episodes("server plain", keep)
 
         env = OpenEnvClient(env_name="number_guess", base_url=url)
         env.reset(target=2)
+        keep = []
         t = time.perf_counter()
         for _ in range(episodes):
             env.reset(target=2)
             for g in GUESSES:
-                env.step("guess", {"guess": g})
+                keep.append(env.step("guess", {"guess": g}))
         ours = time.perf_counter() - t
         env.close()
+        check_episodes("server ours", keep)
     finally:
         srv.should_exit = True
         thread.join(10)
@@ -103,21 +131,25 @@ def pool(slots: int, rounds: int) -> dict[str, float]:
     p = EnvPool(pool_size=slots, env_kwargs={"env_name": "number_guess"}, world_size=2)
     adapters = p.get_adapters()
     idx = list(range(slots))
+    keep: list = []  # every step's result, checked after the clock (one append per step)
     t = time.perf_counter()
     for _ in range(rounds):
         for a in adapters:
             a.reset(target=2)
         for g in GUESSES:
             for a in adapters:
-                a.step("guess", {"guess": g})
+                keep.append(a.step("guess", {"guess": g}))
     loop = time.perf_counter() - t
+    check_episodes("pool loop", keep, slots)
+    keep = []
     t = time.perf_counter()
     for _ in range(rounds):
         p.reset_batch(idx, target=2)
         for g in GUESSES:
-            p.step_batch(idx, ["guess"] * slots, [{"guess": g}] * slots)
+            keep.extend(p.step_batch(idx, ["guess"] * slots, [{"guess": g}] * slots))
     batch = time.perf_counter() - t
     p.close()
+    check_episodes("pool batch", keep, slots)
     steps = rounds * slots * len(GUESSES)
     return {
         "pool_loop_steps_per_s": round(steps / loop),

@@ -71,6 +71,9 @@ def make_rows(n: int, seed: int = 42) -> tuple[list[dict], list[list[str]]]:
 
 
 def hidden_share(rows_out: list[dict], secrets: list[list[str]]) -> float:
+    # zip would silently score fewer rows: each side must return one row per input row.
+    if len(rows_out) != len(secrets):
+        raise RuntimeError(f"{len(rows_out)} rows out for {len(secrets)} rows in")
     total = hidden = 0
     for row, values in zip(rows_out, secrets):
         blob = json.dumps(row, ensure_ascii=False)
@@ -130,6 +133,8 @@ def main() -> None:
     rows, secrets = make_rows(n)
     ours_out, ours_s = ours(rows, batch=200)
     base_out, base_s = baseline(rows)
+    if not len(ours_out) == len(base_out) == n:  # both sides must have done all the rows
+        raise RuntimeError(f"rows out: ours {len(ours_out)}, baseline {len(base_out)}, of {n}")
     print(
         json.dumps(
             {

@@ -105,7 +105,7 @@ async def _bare_loop(base_url: str, n: int, concurrency: int) -> float:
     return await _tools_module().sdk_loop(base_url, _prompts(n), concurrency, _Echo(), TURNS)
 
 
-def _ours(base_url: str, n: int, concurrency: int, tool: Any) -> tuple[float, list[dict[str, Any]]]:
+def _ours(base_url: str, n: int, concurrency: int, tool: Any) -> list[dict[str, Any]]:
     from twinkle.protocol.openai import OpenAI
     from twinkle.rollout import APIMultiTurnRollout
     from twinkle.tools import ToolManager
@@ -118,8 +118,9 @@ def _ours(base_url: str, n: int, concurrency: int, tool: Any) -> tuple[float, li
     )
     out = rollout(_prompts(n))
     reasons = {o["stop_reason"] for o in out}
-    if reasons != {"stop"} or any(o["turns"] != TURNS for o in out):
-        raise RuntimeError(f"rollout did not complete as scripted: {reasons}")
+    # Every row rolled out, each with TURNS model calls: the work the bare loop must match.
+    if len(out) != n or reasons != {"stop"} or any(o["turns"] != TURNS for o in out):
+        raise RuntimeError(f"rollout did not complete as scripted: {len(out)} of {n}, {reasons}")
     return out
 
 

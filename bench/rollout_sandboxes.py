@@ -9,8 +9,8 @@ distinct ids, rolled out by the replay policy at ``--concurrency``, against
 child process (as the flows run it: no GIL shared with the rollout). The live count is
 polled from the server's ``/health`` (its ``sandboxes`` figure) every 10 ms.
 
-Reported: seconds, trajectories/s, failures, the peak live sandbox count, the sum of time
-spent creating and killing sandboxes (``provision_s``, over all trajectories).
+Reported: seconds, successful trajectories/s, failures, the peak live sandbox count, the sum
+of time spent creating and killing sandboxes (``provision_s``, over all trajectories).
 
 Measured on 2 shared cores, 5,000 rows, ``max_sandboxes=64``: concurrency 64, 159 s
 (31 trajectories/s), peak 64 live, 0 failed; concurrency 16, 123 s (40/s), peak 16, 0
@@ -46,6 +46,13 @@ def agent_rows(n: int) -> list[dict]:
     rows = [json.loads(line) for line in EXAMPLES.read_text().splitlines() if line.strip()]
     agent = [r for r in rows if any(m.get("tool_calls") for m in r["messages"])]
     return [{**agent[k % len(agent)], "id": f"{agent[k % len(agent)]['id']}-{k}"} for k in range(n)]
+
+
+def succeeded(result, rows: int) -> int:
+    """Trajectories that succeeded: a failed one is no work done, so no throughput."""
+    if len(result.trajectories) != rows:  # the runner must return one trajectory per row
+        raise RuntimeError(f"{len(result.trajectories)} trajectories for {rows} rows")
+    return rows - result.stats.failed
 
 
 def run(rows: int, concurrency: int, max_sandboxes: int) -> dict:
@@ -89,7 +96,7 @@ def run(rows: int, concurrency: int, max_sandboxes: int) -> dict:
         "concurrency": concurrency,
         "max_sandboxes": max_sandboxes,
         "seconds": round(seconds, 1),
-        "trajectories_per_s": round(rows / seconds, 1),
+        "trajectories_per_s": round(succeeded(result, rows) / seconds, 1),
         "failed": stats.failed,
         "errors": stats.errors,
         "stop_reasons": stats.stop_reasons,

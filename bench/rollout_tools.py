@@ -80,7 +80,8 @@ async def sdk_loop(
     base_url: str, rows: list[dict[str, Any]], concurrency: int, tool: Any, turns: int
 ) -> float:
     """A bare ``AsyncOpenAI`` rollout: model calls and ``tool`` calls with nothing but the SDK,
-    a semaphore and a list; returns the seconds the rows took (client set-up left out)."""
+    a semaphore and a list; returns the seconds the rows took (client set-up left out). Raises
+    unless every row made ``turns`` model calls and ended in an answer, as ours must."""
     import openai
 
     # The timeout ``OpenAI`` sets, and the SDK's default retries (``OpenAI`` retries too): on
@@ -89,17 +90,21 @@ async def sdk_loop(
     client = openai.AsyncOpenAI(base_url=base_url, api_key="x", max_retries=2, timeout=180.0)
     tools = [tool.tool_info()]
     semaphore = asyncio.Semaphore(concurrency)
+    calls = answered = 0  # an integer increment each: no measurable cost
 
     async def one(trajectory: dict[str, Any]) -> None:
+        nonlocal calls, answered
         messages = list(trajectory["messages"])
         async with semaphore:
             for _ in range(turns):
                 response = await client.chat.completions.create(
                     model="m", messages=messages, tools=tools
                 )
+                calls += 1
                 message = response.choices[0].message
                 messages.append(message.model_dump(exclude_none=True))
                 if not message.tool_calls:
+                    answered += 1
                     break
                 for call in message.tool_calls:
                     arguments = json.loads(call.function.arguments)
@@ -110,6 +115,12 @@ async def sdk_loop(
     await asyncio.gather(*(one(t) for t in rows))
     elapsed = time.perf_counter() - started
     await client.close()
+    # A baseline that stopped early did less work than ours: refuse it.
+    if calls != len(rows) * turns or answered != len(rows):
+        raise RuntimeError(
+            f"bare loop did not complete as scripted: {calls} model calls "
+            f"(expected {len(rows)} rows x {turns}), {answered} answered"
+        )
     return elapsed
 
 

@@ -34,6 +34,7 @@ import time
 from twinkle.sandbox import SandboxServer
 
 COMMAND = 'python -c "print(1+1)"'
+OUT = "2\n"  # COMMAND's output: every timed run is checked for it, outside the timing
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -51,16 +52,24 @@ def summary(samples: list[float]) -> dict[str, float]:
     }
 
 
-def timed(fn, n: int) -> list[float]:
+def timed(fn, n: int, ok=None) -> list[float]:
+    """``n`` wall times of ``fn()``; raises when ``ok(result)`` (checked after timing) is false."""
     out = []
     for _ in range(n):
         start = time.perf_counter()
-        fn()
+        result = fn()
         out.append(time.perf_counter() - start)
+        if ok is not None and not ok(result):  # a wrong result is not a time of the work
+            raise RuntimeError(f"wrong result: {result!r}"[:300])
     return out
 
 
-def bare_bwrap(argv: list[str], env: dict[str, str], kwargs: dict) -> None:
+def stdout_is(expected: str):
+    """``ok`` for ``timed``: a command result (SDK or subprocess) whose stdout is ``expected``."""
+    return lambda r: (r.stdout.decode() if isinstance(r.stdout, bytes) else r.stdout) == expected
+
+
+def bare_bwrap(argv: list[str], env: dict[str, str], kwargs: dict) -> subprocess.CompletedProcess:
     """Run bubblewrap's argv once, opening its ``{file:PATH}`` arguments as the server does."""
     fds = []
     args = []
@@ -70,7 +79,9 @@ def bare_bwrap(argv: list[str], env: dict[str, str], kwargs: dict) -> None:
             arg = str(fds[-1])
         args.append(arg)
     try:
-        subprocess.run(args, capture_output=True, check=True, env=env, pass_fds=fds, **kwargs)
+        return subprocess.run(
+            args, capture_output=True, check=True, env=env, pass_fds=fds, **kwargs
+        )
     finally:
         for fd in fds:
             os.close(fd)
@@ -94,20 +105,21 @@ def main() -> None:
 
         created: list = []
         create = timed(lambda: created.append(Sandbox.create(timeout=600, **kw)), n)
-        kill = timed(lambda: created.pop().kill(), n)
+        kill = timed(lambda: created.pop().kill(), n, ok=lambda killed: killed is True)
         # The first command of a fresh sandbox: its init, cgroups and tmpfs mounts are new.
         first = []
         for _ in range(n):
             box = Sandbox.create(timeout=600, **kw)
-            first += timed(lambda box=box: box.commands.run(COMMAND), 1)
+            first += timed(lambda box=box: box.commands.run(COMMAND), 1, stdout_is(OUT))
             box.kill()
-        run_true = timed(lambda: warm.commands.run("true"), n)
+        run_true = timed(lambda: warm.commands.run("true"), n, stdout_is(""))
         files = timed(
             lambda: (
                 warm.files.write("/home/user/b.txt", "x" * 1024),
                 warm.files.read("/home/user/b.txt"),
             ),
             n,
+            lambda r: r[1] == "x" * 1024,
         )
 
         # The command through the SDK and its baselines, interleaved so that load from
@@ -121,15 +133,18 @@ def main() -> None:
         env = {"PATH": "/usr/bin:/bin", "HOME": "/home/user"}
         run, plain, bwrap = [], [], []
         for _ in range(n):
-            run += timed(lambda: warm.commands.run(COMMAND), 1)
+            run += timed(lambda: warm.commands.run(COMMAND), 1, stdout_is(OUT))
             plain += timed(
                 lambda: subprocess.run(
                     [python3, "-c", "print(1+1)"], capture_output=True, check=True
                 ),
                 1,
+                stdout_is(OUT),
             )
             if srv.isolated:
-                bwrap += timed(lambda: bare_bwrap(argv, env, srv.isolation.spawn_kwargs()), 1)
+                bwrap += timed(
+                    lambda: bare_bwrap(argv, env, srv.isolation.spawn_kwargs()), 1, stdout_is(OUT)
+                )
 
         # Many sandboxes alive at once, each running a command.
         async def fleet() -> dict:
@@ -145,7 +160,7 @@ def main() -> None:
             async def one(box) -> float:
                 t0 = time.perf_counter()
                 res = await box.commands.run(COMMAND)
-                assert res.stdout == "2\n"
+                assert res.stdout == OUT
                 return time.perf_counter() - t0
 
             start = time.perf_counter()
@@ -185,7 +200,7 @@ def main() -> None:
         box.commands.run(COMMAND)
         served = {
             "create": summary(timed(lambda: Sandbox.create(timeout=600, **remote), n)),
-            "command_python": summary(timed(lambda: box.commands.run(COMMAND), n)),
+            "command_python": summary(timed(lambda: box.commands.run(COMMAND), n, stdout_is(OUT))),
         }
     finally:
         serve.terminate()

@@ -96,6 +96,18 @@ def best_of(rounds, fn, *args):
     return result, best
 
 
+def check_judge_work(failures: list[int], n_ours: int, base_texts: list, n: int, extract) -> None:
+    """Raise unless every round so far of ours scored ``n`` calls with no judge failure
+    (``failures``: one count per round) and the bare loop got ``n`` replies that parse as
+    scores."""
+    # JudgeReward never raises: a failed call returns the default score fast, faking speed.
+    if any(failures) or n_ours != n:
+        raise RuntimeError(f"judge: {n_ours}/{n} scored, failures per round {failures}")
+    bad = sum(extract(t) is None for t in base_texts)
+    if len(base_texts) != n or bad:
+        raise RuntimeError(f"judge: bare loop gave {len(base_texts)}/{n} replies, {bad} unparsed")
+
+
 def bench_extraction(n: int) -> dict:
     env = MathEnvironment()
     responses = make_responses(n)
@@ -196,12 +208,17 @@ def bench_judge(n: int, delay_ms: float = 200.0, concurrency: int = 64, rounds: 
         # Alternate the two and keep each one's best round: the server shares the cores with
         # the client, so background load shows up as noise in whichever runs at that moment.
         t_ours = t_base = float("inf")
+        failures = []  # judge failures per round: the best time may come from any round
         for _ in range(rounds):
             base_texts, t = timed(lambda: asyncio.run(bare()))
             t_base = min(t_base, t)
             results, t = timed(scorer.score_batch, indices, responses)
             t_ours = min(t_ours, t)
-    failed = sum(1 for r in results if r.metadata.get("judge", {}).get("error"))
+            failures.append(
+                sum(1 for r in results if r.error or r.metadata.get("judge", {}).get("error"))
+            )
+            check_judge_work(failures, len(results), base_texts, n, judge.score_extractor)
+    failed = sum(failures)
     ratio = t_base / t_ours
     return {
         "calls": n,

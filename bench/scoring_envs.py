@@ -209,6 +209,25 @@ def bench_listing_cold(rounds: int = 3) -> dict:
     }
 
 
+def check_same_steps(game: str, results: dict[str, list[tuple[float, int, int]]]) -> None:
+    """Refuse the figures unless every side of the last round read every reply as an action
+    (an unread reply skips the raw step, which is cheaper) and got, slice by slice, the raw
+    step-only side's rewards and episode ends. ``results``: each side's
+    ``(reward, episode_ends, invalid_actions)`` per slice."""
+    want = [(round(r, 6), e) for r, e, _ in results["raw_step_only"]]
+    for side, got in results.items():
+        invalid = sum(i for *_, i in got)
+        if invalid:
+            raise RuntimeError(f"{game}: {side} took {invalid} invalid actions; no figure")
+        mine = [(round(r, 6), e) for r, e, _ in got]
+        if mine != want:
+            k = next((k for k, (a, b) in enumerate(zip(mine, want)) if a != b), len(want))
+            raise RuntimeError(
+                f"{game}: {side} did not play the raw env's steps: (reward, episode ends) of "
+                f"slice {k}: {mine[k : k + 1]} against raw step-only {want[k : k + 1]}; no figure"
+            )
+
+
 def bench_gymnasium(steps: int, rounds: int = 7, chunk: int = 500) -> dict:
     import gymnasium as gym
 
@@ -251,13 +270,18 @@ def bench_gymnasium(steps: int, rounds: int = 7, chunk: int = 500) -> dict:
 
             def play(self, lo, hi):
                 env, state = self.env, self.state
+                start, reward, ends, invalid = state.hidden.total_reward, 0.0, 0, 0
                 for reply in self.replies[lo:hi]:
                     result = env.step(state, reply)
+                    invalid += result.resolved_action is None  # unread: no raw step, cheaper
                     state = result.next_state
                     if result.done:
+                        reward += state.hidden.total_reward  # the episode's return
+                        ends += 1
                         state, _ = env.reset(seed=0)
                 self.state = state
-                return ()
+                # The slice's rewards: ended episodes' returns, plus the open episode's gain.
+                return [(reward + state.hidden.total_reward - start, ends, invalid)]
 
         class Raw:
             def __init__(self, raw, text, actions=actions, limit=limit):
@@ -269,16 +293,19 @@ def bench_gymnasium(steps: int, rounds: int = 7, chunk: int = 500) -> dict:
 
             def play(self, lo, hi):
                 raw, text, limit, n = self.raw, self.text, self.limit, self.n
+                reward, ends = 0.0, 0
                 for a in self.actions[lo:hi]:
-                    _, _, terminated, truncated, _ = raw.step(a)
+                    _, r, terminated, truncated, _ = raw.step(a)
+                    reward += r  # for check_same_steps (ours adds its invalid count instead)
                     if text:
                         raw.render()
                     n += 1
                     if terminated or truncated or n >= limit:
                         raw.reset(seed=0)
                         n = 0
+                        ends += 1
                 self.n = n
-                return ()
+                return [(reward, ends, 0)]
 
         unique_env = environment_registry.get(name, adapter="gymnasium", **kwargs)
         players = (
@@ -298,9 +325,11 @@ def bench_gymnasium(steps: int, rounds: int = 7, chunk: int = 500) -> dict:
             round_start()
             for p in players:  # warm
                 p.play(0, steps)
-            (t_ours, t_text, t_step, t_unwrapped, t_unique), _ = alternate_chunks(
+            (t_ours, t_text, t_step, t_unwrapped, t_unique), results = alternate_chunks(
                 rounds, steps, chunk, *(p.play for p in players), before_round=round_start
             )
+        labels = ("ours", "raw_text", "raw_step_only", "raw_unwrapped", "ours_unique_replies")
+        check_same_steps(name, dict(zip(labels, results)))
         t_ours_all += t_ours
         t_text_all += t_text
         t_bare_all += t_step

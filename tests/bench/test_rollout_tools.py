@@ -1,5 +1,6 @@
 """bench/rollout_tools.py's tool-using workload and lean-transport parts run end to end at a
-tiny scale; their figures are consistent (no target is asserted: that is the bench's job)."""
+tiny scale; their figures are consistent (no target is asserted: that is the bench's job);
+and the bare loop refuses a run that did less work than the scripted one."""
 
 from __future__ import annotations
 
@@ -8,8 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
-pytestmark = pytest.mark.slow
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "rollout_tools.py"
 
@@ -24,6 +23,7 @@ def bench():
     sys.modules.pop(spec.name, None)
 
 
+@pytest.mark.slow
 def test_tool_workload(bench):
     (row,) = bench.bench_tools(5.0, [6], 4, 1)
     assert row["model_calls"] == 12 and row["ideal_calls_per_s"] == 800.0
@@ -40,6 +40,7 @@ def test_tool_workload(bench):
     assert len(row["cpu_ms_per_call"]["ours"]) == 1 and len(row["load_average_1m"]) == 2
 
 
+@pytest.mark.slow
 def test_lean_part(bench):
     result = bench.bench_lean(5.0, 6, 4, 1)
     assert result["model_calls"] == 12
@@ -49,6 +50,7 @@ def test_lean_part(bench):
     assert set(result["server_cpu_ms_per_call"]) == {"bare_sdk", "ours_sdk", "ours_lean"}
 
 
+@pytest.mark.slow
 def test_the_bare_loop_and_ours_do_the_same_work(bench, chat_server):
     import asyncio
 
@@ -65,3 +67,18 @@ def test_the_bare_loop_and_ours_do_the_same_work(bench, chat_server):
     for a, b in zip(sorted(bare, key=str), sorted(ours, key=str)):
         assert [m["role"] for m in a] == [m["role"] for m in b]
         assert [m.get("content") or "" for m in a] == [m.get("content") or "" for m in b]
+
+
+@pytest.mark.parametrize(
+    "tool_turns, match",
+    [(0, "2 model calls .expected 2 rows x 2., 2 answered"), (2, "4 model calls .*, 0 answered")],
+)
+def test_the_bare_loop_refuses_less_work(bench, chat_server, tool_turns, match):
+    import asyncio
+
+    from twinkle.testing.openai_server import weather
+
+    # An answer at once (1 call a row), or no answer within the 2 calls: not the scripted work.
+    chat_server.responder = weather(tool_turns)
+    with pytest.raises(RuntimeError, match=match):
+        asyncio.run(bench.bare_loop(chat_server.base_url, 2, 2))

@@ -1,20 +1,68 @@
 """bench/sandbox_soak.py at a tiny scale: a server in its own process, several sandboxes
-running mixed commands and file operations, every operation checked, no error."""
+running mixed commands and file operations, every operation checked, no error; and its
+guards: failed operations are no latency samples, and any error refuses the ratio."""
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
-
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "sandbox_soak.py"
 
 
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("twinkle_bench_sandbox_soak", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop(spec.name, None)
+
+
+class _WrongBox:
+    """A sandbox whose every operation but a file write answers wrong."""
+
+    def __init__(self):
+        self.commands, self.files = self, self
+
+    async def run(self, command):
+        return type("Result", (), {"stdout": "wrong\n"})()
+
+    async def write(self, path, data):
+        pass
+
+    async def read(self, path):
+        return "wrong"
+
+    async def list(self, path):
+        return []
+
+
+def test_failed_operations_are_no_latency_samples(bench):
+    lat, errors = [], []
+    n = asyncio.run(bench.worker(_WrongBox(), time.perf_counter() + 0.05, 0, lat, errors))
+    writes = sum(bench.OPS[i % len(bench.OPS)] == "write" for i in range(n))
+    assert n >= len(bench.OPS) and len(lat) == writes and len(errors) == n - writes
+
+
+def test_any_error_refuses_the_ratio(bench):
+    clean = {"errors": 0, "first_errors": []}
+    bench.require_clean(clean, clean)
+    failed = {"errors": 1, "first_errors": ["echo: wrong result"]}
+    for baseline, loaded in ((failed, clean), (clean, failed)):
+        with pytest.raises(RuntimeError, match="echo: wrong result"):
+            bench.require_clean(baseline, loaded)
+
+
+@pytest.mark.slow
 def test_soak_runs_mixed_operations_without_errors():
     out = subprocess.run(
         [sys.executable, str(BENCH), "--sandboxes", "6", "--seconds", "3", "--kill-files", "5000"],

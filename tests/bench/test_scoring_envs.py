@@ -54,3 +54,14 @@ def test_only_runs_the_named_sections(bench, monkeypatch, capsys):
     assert '"gymnasium_steps"' in out and '"steps": 1000' in out
     assert "reasoning_gym_scoring" not in out and "listing_cold" not in out
     assert set(bench.report(True, ("gymnasium",))) == {"gymnasium_steps"}
+
+
+def test_gymnasium_guard_refuses_sides_that_did_other_work(bench):
+    raw = [(-3.0, 1, 0), (0.0, 0, 0)]
+    bench.check_same_steps("G", {"ours": list(raw), "raw_step_only": raw})  # the same: passes
+    with pytest.raises(RuntimeError, match="invalid actions"):
+        bench.check_same_steps("G", {"ours": [(-3.0, 1, 0), (0.0, 0, 2)], "raw_step_only": raw})
+    with pytest.raises(RuntimeError, match="slice 1"):
+        bench.check_same_steps("G", {"ours": [(-3.0, 1, 0), (0.0, 1, 0)], "raw_step_only": raw})
+    with pytest.raises(RuntimeError, match="raw_text did not play"):
+        bench.check_same_steps("G", {"raw_text": [(-2.0, 1, 0)] + raw[1:], "raw_step_only": raw})
