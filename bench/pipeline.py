@@ -33,14 +33,17 @@ it creates all 500 sandboxes before rolling out, and with a few hundred live san
 sandbox server held descriptors numbered past 1024, which its ``select`` refused, so 285 of
 its 500 sandboxes died at boot ("init sent a malformed message") and their trajectories
 ended early. Every run must now roll out all trajectories with none failed
-(``check_same_work``). Overhead at 10k rows / 500 trajectories, 3 rounds: direct 14.5-14.8 s,
-flow untraced 17.3-17.7 s (**+19%**, paired runs +18-22%), flow traced 28.5-29.9 s
-(**+102%**, +93-104%), cold round +97%. The earlier +46% / +134% were against the broken
-baseline. Tracing at the 200 ms endpoint (3 rounds): +27.5% (min) / +32.5% (median), tail
-1.2-2.6 s. What tracing costs here: about 24 ms of CPU per trace in MLflow's SQLite store,
-written by one writer at a time (the file's write lock), and a rollout that keeps both cores
-busy (sandbox start-up and tool commands, about 40 ms of CPU per trajectory) leaves it no
-idle time to hide in: at the 200 ms endpoint half the traces are still queued when the last
+(``check_same_work``). Overhead at 10k rows / 500 trajectories, two runs of 3 rounds: direct
+14.5-14.8 / 15.2-16.4 s, flow untraced 17.3-17.7 / 18.4-18.9 s (median **+19% / +21%**,
+paired runs +13-22%), flow traced 28.5-29.9 / 29.8-30.3 s (median **+102% / +96%**), cold
+round +97% / +108%. The earlier +46% / +134% were against the broken baseline. Of the
+untraced overhead, about 0.7-1.2 s is the curation stream (resumable shards, bounded memory)
+against an in-memory ``curate_rows``. Tracing at the 200 ms endpoint (3 rounds): +27.5% /
++27.7% (min), +32.5% / +12.5% (median; the untraced runs spread 7.1-8.1 s), tail 1.2-2.6 s.
+What tracing costs here: about 24 ms of CPU per trace in MLflow's SQLite store, written by
+one writer at a time (the file's write lock), and a rollout that keeps both cores busy
+(sandbox start-up and tool commands, about 40 ms of CPU per trajectory) leaves it no idle
+time to hide in: at the 200 ms endpoint half the traces are still queued when the last
 trajectory ends.
 
 Earlier figures (2 cores, quiet machine, load about 0.5-2): ``twinkle run`` 30.6 s (target
