@@ -297,3 +297,20 @@ def test_server_started_with_a_low_open_files_limit_holds_many_sandboxes(root_di
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
+
+
+def test_a_sandbox_that_cannot_be_watched_fails_saying_why(sdk, monkeypatch):
+    """An unexpected failure while attaching to a booted init ends that sandbox with the
+    reason, instead of escaping the server's event loop and leaving the sandbox hanging."""
+    import twinkle.sandbox.processes as processes
+
+    def broken(pid, isolated):
+        raise RuntimeError("pidfd unavailable")
+
+    monkeypatch.setattr(processes, "_own_root_pidfd", broken)
+    sbx = Sandbox.create(**sdk)
+    try:
+        with pytest.raises(Exception, match="cannot be watched.*pidfd unavailable"):
+            sbx.commands.run("echo never")
+    finally:
+        sbx.kill()

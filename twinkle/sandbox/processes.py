@@ -345,8 +345,12 @@ class Spawner:
                 return
             if kind == "ready":
                 if self._ready is not None and not self._ready.done():
-                    pid = self._inner_pid()
-                    self._ready_pidfd = _own_root_pidfd(pid, self.isolated)
+                    try:
+                        pid = self._inner_pid()
+                        self._ready_pidfd = _own_root_pidfd(pid, self.isolated)
+                    except Exception as exc:  # noqa: BLE001 - ends this sandbox, says why
+                        self.kill(f"init booted but cannot be watched: {exc!r}")
+                        return
                     self._ready.set_result(pid)
             elif kind in ("pid", "error"):  # a command started, or could not be forked
                 future = self._pending.pop(request, None)
