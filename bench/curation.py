@@ -553,12 +553,11 @@ def check_dedup(ours: dict[str, Any], naive: dict[str, Any]) -> None:
     malformed = [side.pop("malformed") for side in (ours, naive)]
     if any(malformed):
         raise RuntimeError(f"dedup: malformed drops (ours, naive) = {malformed}; no figure")
-    if (ours["kept"], ours["dropped"]) != (naive["kept"], naive["dropped"]) or len(
-        set(digests)
-    ) != 1:
+    same_ids = digests[0] == digests[1]
+    if (ours["kept"], ours["dropped"]) != (naive["kept"], naive["dropped"]) or not same_ids:
         raise RuntimeError(
             f"dedup: ours kept/dropped {ours['kept']}/{ours['dropped']}, naive "
-            f"{naive['kept']}/{naive['dropped']} (same kept ids: {len(set(digests)) == 1}); "
+            f"{naive['kept']}/{naive['dropped']} (same kept ids: {same_ids}); "
             "the two sides did different work, no figure"
         )
 

@@ -7,32 +7,21 @@ sides of a comparison) and report figures that are consistent with each other an
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import sqlite3
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+from .conftest import load_bench
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "pipeline.py"
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def bench():
-    # The script sets environment defaults for its own runs (e.g. Prefect's log level) at
-    # import; they must not leak into later tests (Ray workers inherit this environment).
-    saved = dict(os.environ)
-    try:
-        spec = importlib.util.spec_from_file_location("twinkle_bench_pipeline", BENCH)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-    return module
+    with load_bench("pipeline") as module:
+        yield module
 
 
 def rows(path: Path) -> list[dict]:

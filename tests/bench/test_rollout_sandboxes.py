@@ -4,24 +4,17 @@ counts successful trajectories only."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "rollout_sandboxes.py"
+from .conftest import load_bench
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("twinkle_bench_rollout_sandboxes", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    with load_bench("rollout_sandboxes") as module:
+        yield module
 
 
 def test_the_rate_counts_successful_trajectories_only(bench):

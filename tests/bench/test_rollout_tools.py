@@ -4,23 +4,15 @@ and the bare loop refuses a run that did less work than the scripted one."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "rollout_tools.py"
+from .conftest import load_bench
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("twinkle_bench_rollout_tools", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    with load_bench("rollout_tools") as module:
+        yield module
 
 
 @pytest.mark.slow

@@ -5,26 +5,22 @@ guards: failed operations are no latency samples, and any error refuses the rati
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "sandbox_soak.py"
+from .conftest import BENCH_DIR, load_bench
+
+BENCH = BENCH_DIR / "sandbox_soak.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("twinkle_bench_sandbox_soak", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    with load_bench("sandbox_soak") as module:
+        yield module
 
 
 class _WrongBox:
@@ -65,7 +61,16 @@ def test_any_error_refuses_the_ratio(bench):
 @pytest.mark.slow
 def test_soak_runs_mixed_operations_without_errors():
     out = subprocess.run(
-        [sys.executable, str(BENCH), "--sandboxes", "6", "--seconds", "3", "--kill-files", "5000"],
+        [
+            sys.executable,
+            str(BENCH),
+            "--sandboxes",
+            "6",
+            "--seconds",
+            "3",
+            "--kill-files",
+            "5000",
+        ],
         capture_output=True,
         text=True,
         timeout=240,

@@ -1,21 +1,16 @@
 """bench/scoring_envs.py runs at a tiny scale and reports consistent figures."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-pytestmark = pytest.mark.slow
+from .conftest import load_bench
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "scoring_envs.py"
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("twinkle_bench_scoring_envs", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    with load_bench("scoring_envs") as module:
+        yield module
 
 
 def test_reasoning_gym_scores_match_the_verifier_and_figures_are_sane(bench):

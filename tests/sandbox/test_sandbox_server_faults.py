@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -25,8 +26,9 @@ from .conftest import sandbox_pids, wait_until
 KEY = "fault-key"
 
 
-def start_cli(port: int, root: Path, *extra: str) -> tuple[subprocess.Popen, str]:
-    """``twinkle sandbox serve`` as a real subprocess; returns it and the URL it printed."""
+def start_cli(port: int, root: Path, *extra: str, **popen: Any) -> tuple[subprocess.Popen, str]:
+    """``twinkle sandbox serve`` as a real subprocess (``popen``: more ``Popen`` arguments);
+    returns it and the URL it printed."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -45,6 +47,7 @@ def start_cli(port: int, root: Path, *extra: str) -> tuple[subprocess.Popen, str
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        **popen,
     )
     line = proc.stdout.readline().strip()  # printed only once connections are accepted
     assert line.startswith("http://127.0.0.1:"), (
@@ -274,17 +277,10 @@ def test_server_started_with_a_low_open_files_limit_holds_many_sandboxes(root_di
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     if hard != resource.RLIM_INFINITY and hard < 2048:
         pytest.fail(f"this host's hard open-files limit ({hard}) is too low for the test")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "twinkle", "sandbox", "serve", "--port", "0"]
-        + ["--api-key", KEY, "--root", str(root_dir)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (160, hard)),
+    proc, url = start_cli(
+        0, root_dir, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (160, hard))
     )
     try:
-        url = proc.stdout.readline().strip()
-        assert url.startswith("http://127.0.0.1:"), proc.stderr.read()
 
         def create(_: int) -> Sandbox:
             return Sandbox.create(api_url=url, sandbox_url=url, api_key=KEY)
