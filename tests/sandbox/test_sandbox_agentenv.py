@@ -252,18 +252,44 @@ def test_bridges_to_tool_manager(env):
     assert manager(call) == "via-manager"
 
 
-def test_killed_sandbox_is_an_environment_failure(env, server):
+@pytest.mark.parametrize("renewal_due", [False, True], ids=["by-the-command", "by-renewal"])
+def test_killed_sandbox_is_an_environment_failure(env, server, renewal_due):
     """A sandbox gone is no mistake of the model's: the step ends the episode, with the cause
-    in ``info[ENV_FAILED]``, which ``EnvTool`` raises as ``EnvironmentFailure``."""
+    in ``info[ENV_FAILED]``, which ``EnvTool`` raises as ``EnvironmentFailure``; found by the
+    command's own request, or by the lifetime renewal when one is due."""
     from twinkle.envs import EnvTool
     from twinkle.envs.base import ENV_FAILED
     from twinkle.errors import EnvironmentFailure
     from twinkle.tools import ToolManager
 
+    if renewal_due:
+        env._renewed_at -= env.sandbox_timeout
     Sandbox.kill(env.sandbox_id, api_url=server.url, sandbox_url=server.url, api_key=API_KEY)
     result = env.step("run_command", {"command": "echo hi"})
     assert result.observation.startswith("Error:") and result.done is True
-    assert result.info[ENV_FAILED].startswith("SandboxError: sandbox ")
+    cause = result.info[ENV_FAILED]
+    if renewal_due:
+        assert cause.startswith(f"SandboxError: sandbox {env.sandbox_id} is no longer running")
+    else:
+        assert cause.startswith("SandboxError: SandboxNotRunningException: ")
     call = {"function": {"name": "run_command", "arguments": '{"command": "echo hi"}'}}
     with pytest.raises(EnvironmentFailure, match="^SandboxError: "):
         ToolManager(EnvTool.from_env(env))(call)
+
+
+def test_steps_renew_the_lifetime_once_a_tenth_has_passed(env, server):
+    """A step renews the sandbox's lifetime only once a tenth of it has passed since the
+    last renewal (not a control-plane request per tool call), and then it does."""
+    import time
+
+    def end_at():
+        conn = {"api_url": server.url, "sandbox_url": server.url, "api_key": API_KEY}
+        return Sandbox.get_info(env.sandbox_id, **conn).end_at
+
+    created = end_at()
+    time.sleep(1.1)
+    assert env.step("run_command", {"command": "echo a"}).observation == "a"
+    assert end_at() == created  # not due: 1 s of a 60 s lifetime
+    env._renewed_at -= env.sandbox_timeout * 0.1
+    assert env.step("run_command", {"command": "echo b"}).observation == "b"
+    assert (end_at() - created).total_seconds() >= 1.0  # renewed: 60 s from now

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -102,6 +103,9 @@ DEFAULT_TOOL_SCHEMAS: list[dict[str, Any]] = [
     },
 ]
 
+
+#: A step renews its sandbox's lifetime once this share of it has passed since the last renewal.
+_RENEW_AFTER = 0.1
 
 #: A command printing more than this is killed (its observation shows only the first 32K).
 _FLOOD_CHARS = 8 * MAX_OBSERVATION_CHARS
@@ -193,14 +197,15 @@ class AgentEnv(Env):
         api_key: API key; falls back to ``E2B_API_KEY``, then ``'local'``.
         sandbox_url: in-sandbox (envd) URL; falls back to ``E2B_SANDBOX_URL``, then to
             ``api_url`` unless ``E2B_DOMAIN`` names a domain-routed deployment.
-        sandbox_timeout: sandbox lifetime in seconds; must outlast an episode. Each step
-            renews it when ``refresh_timeout`` is True.
+        sandbox_timeout: sandbox lifetime in seconds; must outlast an episode. With
+            ``refresh_timeout``, a step renews it once a tenth of it has passed since the
+            last renewal, so every step starts with at least 90% of it left.
         command_timeout: the most seconds one ``run_command`` may take (then exit code 124).
         setup_commands: shell commands run after each ``reset``; their output is the
             reset observation.
         sandbox_envs: environment variables of every command in the sandbox.
         metadata: sandbox metadata (shown by ``Sandbox.list``).
-        refresh_timeout: renew the sandbox lifetime on every step (best effort).
+        refresh_timeout: renew the sandbox lifetime as steps go (best effort).
         include_default_tools: offer ``run_command``, ``read_file`` and ``write_file``.
         request_timeout: seconds to wait for one control-plane or file request.
 
@@ -248,6 +253,7 @@ class AgentEnv(Env):
         self.include_default_tools = include_default_tools
         self.request_timeout = request_timeout
         self._sandbox: Any = None
+        self._renewed_at = 0.0  # time.monotonic() of the sandbox's creation or last renewal
         self._handlers: dict[str, Handler] = {}
         self._schemas: dict[str, dict[str, Any]] = {}
         self._defaults: dict[str, Handler] = {
@@ -332,6 +338,7 @@ class AgentEnv(Env):
             metadata=self.metadata or None,
             **self._connection(),
         )
+        self._renewed_at = time.monotonic()
         outputs = [self.run_command({"command": command}) for command in self.setup_commands]
         return StepResult(observation="\n".join(outputs), info={"sandbox_id": self.sandbox_id})
 
@@ -362,7 +369,7 @@ class AgentEnv(Env):
                 observation=f"Error: unknown tool {tool_name!r}. Available tools: {available}",
                 info={"error": "unknown_tool"},
             )
-        if self.refresh_timeout and (gone := self._refresh()) is not None:
+        if self.refresh_timeout and (gone := self._renew_if_due()) is not None:
             return _env_failure(f"Error: {gone}", "sandbox_unavailable", gone)
         try:
             observation = handler(self, args)
@@ -378,6 +385,17 @@ class AgentEnv(Env):
             )
         return StepResult(observation=truncate_observation(str(observation)))
 
+    def _renew_if_due(self) -> str | None:
+        """``_refresh`` once a tenth of the lifetime has passed since the last renewal.
+
+        Renewing on every step cost a control-plane round trip per tool call, to move the
+        deadline by seconds. A step on a sandbox that died in between finds out from its own
+        request instead.
+        """
+        if time.monotonic() - self._renewed_at < self.sandbox_timeout * _RENEW_AFTER:
+            return None
+        return self._refresh()
+
     def _refresh(self) -> str | None:
         """Renew the sandbox lifetime; a reason if the sandbox or its server is gone, else None.
 
@@ -388,6 +406,7 @@ class AgentEnv(Env):
         e2b = _import_e2b()
         try:
             self._sandbox.set_timeout(self.sandbox_timeout, request_timeout=self.request_timeout)
+            self._renewed_at = time.monotonic()
         except e2b.NotFoundException as exc:
             return (
                 f"sandbox {self.sandbox_id} is no longer running ({exc}); reset() starts a new one."
