@@ -259,8 +259,12 @@ def flow_stages(
         tracking.tracking_uri, tracking.experiment, tracking.artifact_location
     ).experiment_id
     setup = time.perf_counter() - s0
+    from flows.lifecycle import temporary_api_settings
+
     t0 = time.perf_counter()
-    summary = pipeline_flow(cur, rol, tracking, RunParams(output_dir=str(out), workers=workers))
+    # As `twinkle run` runs it on its temporary API (the test harness's stands in for it).
+    with temporary_api_settings(temporary=True):
+        summary = pipeline_flow(cur, rol, tracking, RunParams(output_dir=str(out), workers=workers))
     return {
         "total_s": time.perf_counter() - t0,
         "trajectories": summary["trajectories"],
@@ -464,6 +468,7 @@ def _bench_tracing(
 ) -> dict:
     import json as _json
 
+    from flows.lifecycle import temporary_api_settings
     from flows.params import PolicyParams, RolloutParams, RunParams, TrackingParams
     from flows.rollout import rollout_flow
     from twinkle.synthetic import generate
@@ -501,9 +506,10 @@ def _bench_tracing(
                 trace_sample_rate=rate,
             )
             t0 = time.perf_counter()
-            out = rollout_flow(
-                rol, tracking, RunParams(output_dir=str(tmp / f"tracing-{label}"), workers=2)
-            )
+            with temporary_api_settings(temporary=True):  # as `twinkle run` runs flows
+                out = rollout_flow(
+                    rol, tracking, RunParams(output_dir=str(tmp / f"tracing-{label}"), workers=2)
+                )
             results[label] = {**out, "flow_s": time.perf_counter() - t0}
     check_same_work(results.values(), n_traj)
     # The rollout flow's whole wall time: whatever tracing adds, overlapped or not, shows up here.

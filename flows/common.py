@@ -26,7 +26,7 @@ import os
 import shutil
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,6 +93,58 @@ def remember_rows(path: str, rows: list[Any]) -> None:
         _MEMO.move_to_end(os.path.abspath(path))
         while len(_MEMO) > _MEMO_SIZE:
             _MEMO.popitem(last=False)
+
+
+def take_rows(
+    paths: list[str], keep: Callable[[Any], bool], limit: int | None
+) -> tuple[list[Any], int, int]:
+    """The first ``limit`` rows of ``paths`` that ``keep`` accepts (all, with no limit), how
+    many rows were read to find them, and how many were left unread.
+
+    Reading stops at the limit: 500 conversations for a rollout do not need the other 9,500
+    rows of a curated file parsed (0.5 s on 23 MB). Remembered rows (``remember_rows``) are
+    taken from memory. The rows left unread are counted, not decoded (``twinkle.io.count_rows``).
+
+    Example:
+        >>> import tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), 'rows.jsonl')
+        >>> _ = open(path, 'w').write(''.join('{"n": %d}\\n' % n for n in range(10)))
+        >>> take_rows([path], lambda r: r['n'] % 2 == 1, 2)
+        ([{'n': 1}, {'n': 3}], 4, 6)
+    """
+    from twinkle.io import count_rows, read_rows
+
+    remembered = _remembered(paths)
+    source = iter(remembered) if remembered is not None else read_rows(paths)
+    taken: list[Any] = []
+    read = 0
+    try:
+        for row in source:
+            read += 1
+            if keep(row):
+                taken.append(row)
+                if limit is not None and len(taken) >= limit:
+                    break
+        else:
+            return taken, read, 0
+    finally:
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()  # a generator left mid-file closes it now
+    total = len(remembered) if remembered is not None else count_rows(paths)
+    return taken, read, total - read
+
+
+def _remembered(paths: list[str]) -> list[Any] | None:
+    """The rows of all ``paths`` from memory, or None if one of them is not remembered."""
+    rows: list[Any] = []
+    for path in paths:
+        with _MEMO_LOCK:
+            hit = _MEMO.get(os.path.abspath(path))
+        if hit is None or hit[0] != _stat(path):
+            return None
+        rows.extend(hit[1])
+    return rows
 
 
 def read_rows_cached(paths: list[str], input_format: str | None = None) -> list[Any]:

@@ -13,6 +13,8 @@ the MLflow run's end state, and the links and log lines that tie Prefect and MLf
   pointing at the newest finished one; stage caches stay shared in ``<output>/.work``.
 * ``mlflow_run_url``, ``stage_log``, ``reused_stages``: the MLflow run's UI address for the
   Prefect artifacts, stage lines in the Prefect run log, and the stages served from cache.
+* ``temporary_api_settings``: the Prefect settings of a flow run on the temporary API that
+  ``twinkle run`` starts itself (no flow-run heartbeats).
 
 Example:
     >>> from flows.lifecycle import mlflow_run_url
@@ -48,6 +50,40 @@ def quiet_third_party() -> None:
     """Raise the level of chatty third-party loggers (``QUIET_LOGGERS``)."""
     for name, level in QUIET_LOGGERS.items():
         logging.getLogger(name).setLevel(level)
+
+
+@contextlib.contextmanager
+def temporary_api_settings(temporary: bool | None = None) -> Iterator[None]:
+    """Prefect settings for flow runs on a temporary API, one that lives and dies with this
+    process (``twinkle run`` without ``PREFECT_API_URL``): no flow-run heartbeats.
+
+    Heartbeats let a lasting Prefect server mark a run Crashed when its process dies; a
+    temporary API dies with the process, so no one would watch them. Their thread sleeps in
+    1 s steps and the engine joins it when the flow ends, so every flow run finishes up to
+    1 s late (0.7 s measured). Deployment runs, on a real server, keep them.
+
+    ``temporary``: whether the API is temporary (default: no ``PREFECT_API_URL`` is set; a
+    test harness's API is one too, though it sets the variable).
+
+    Example:
+        >>> from prefect.settings import get_current_settings
+        >>> with temporary_api_settings(temporary=True):
+        ...     get_current_settings().flows.heartbeat_frequency is None
+        True
+    """
+    from prefect.settings import (
+        PREFECT_API_URL,
+        PREFECT_FLOWS_HEARTBEAT_FREQUENCY,
+        temporary_settings,
+    )
+
+    if temporary is None:
+        temporary = not PREFECT_API_URL.value()
+    if not temporary:
+        yield
+        return
+    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        yield
 
 
 def check_before_work(

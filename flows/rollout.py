@@ -61,6 +61,7 @@ from flows.common import (
     spans,
     stage_key,
     stage_task,
+    take_rows,
     work_path,
     write_work_rows,
 )
@@ -137,9 +138,10 @@ def prepare_rollout(
     episodes: int = 0,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """The rollout's input file: recorded agent conversations (rows with tool calls, at most
-    ``limit``), then the rows of the environments in ``envs``, then ``episodes`` prompt rows
-    per OpenEnv environment in ``openenv``, reset with seeds ``seed``, ``seed + 1``, ...
+    """The rollout's input file: recorded agent conversations (rows with tool calls, the first
+    ``limit``; the rows after them are counted, not read), then the rows of the environments
+    in ``envs``, then ``episodes`` prompt rows per OpenEnv environment in ``openenv``, reset
+    with seeds ``seed``, ``seed + 1``, ...
 
     A single-turn environment gives task rows (``rollout_bridge.trajectories_for``, at most
     ``tasks_limit`` each). A multi-turn one (a registry spec ``adapter/name?...`` or
@@ -150,10 +152,9 @@ def prepare_rollout(
     key (default 0) plus k, so the rows depend only on ``envs``, never on ``seed``."""
     from twinkle.data_format import is_agent_row
 
-    rows = read_rows_cached(paths) if paths else []
-    agent = [r for r in rows if is_agent_row(r.get("messages"))]
-    over = max(0, len(agent) - limit) if limit is not None else 0
-    agent = agent[:limit] if limit is not None else agent
+    agent, read, unread = (
+        take_rows(paths, lambda r: is_agent_row(r.get("messages")), limit) if paths else ([], 0, 0)
+    )
     tasks: list[dict[str, Any]] = []
     if envs:
         from twinkle.integrations import rollout_bridge as bridge
@@ -173,8 +174,8 @@ def prepare_rollout(
         "fingerprint": fp,
         "rows": n,
         "conversations": len(agent),
-        "not_agent": len(rows) - len(agent) - over,
-        "over_limit": over,
+        "not_agent": read - len(agent),
+        "unread": unread,
     }
 
 
@@ -332,9 +333,9 @@ def run_rollout(
     )
     if prepared["not_agent"]:
         skipped["conversations"] = f"{prepared['not_agent']} rows without tool calls are not re-run"
-    if prepared["over_limit"]:
+    if prepared["unread"]:
         skipped["limit"] = (
-            f"{prepared['over_limit']} conversations over limit={params.limit} not re-run"
+            f"{prepared['unread']} rows after the first {params.limit} conversations not read"
         )
     settings = {**params.model_dump(exclude=_NOT_IN_KEY), "replay": replay}
     if games:  # only then: the rollout's cache keys stay what they were without OpenEnv

@@ -120,3 +120,24 @@ def test_runs_whose_process_died_are_closed_and_live_ones_are_not(tmp_path):
     finally:
         alive.kill()
         alive.wait()
+
+
+@pytest.mark.parametrize(
+    ("api_url", "temporary", "heartbeats"),
+    [
+        (None, None, False),  # `twinkle run`'s own temporary API
+        ("http://127.0.0.1:4200/api", None, True),  # a lasting server watches them
+        ("http://127.0.0.1:4200/api", True, False),  # a test harness's API, said to be one
+    ],
+)
+def test_flow_runs_on_a_temporary_api_send_no_heartbeats(api_url, temporary, heartbeats):
+    from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
+
+    from flows.lifecycle import temporary_api_settings
+
+    with temporary_settings(updates={PREFECT_API_URL: api_url}):
+        before = get_current_settings().flows.heartbeat_frequency
+        with temporary_api_settings(temporary):
+            inside = get_current_settings().flows.heartbeat_frequency
+        assert get_current_settings().flows.heartbeat_frequency == before == 180
+    assert (inside is not None) is heartbeats

@@ -263,7 +263,9 @@ def run(
     say = (lambda *a, **k: None) if as_json else click.echo
     say("twinkle run: starting Prefect's temporary API and the pipeline flow ...")
 
-    from flows.params import (  # Prefect and pydantic load here, not at `twinkle --help`
+    # Prefect and pydantic load here, not at `twinkle --help`.
+    from flows.lifecycle import temporary_api_settings
+    from flows.params import (
         CurationParams,
         PolicyParams,
         RolloutParams,
@@ -311,6 +313,7 @@ def run(
     try:
         with (
             _environ(tracking_env),
+            temporary_api_settings(),
             _interrupts_as_keyboard(),
             _progress_bar(enabled=not as_json) as progress,
         ):
