@@ -296,7 +296,14 @@ def check_same_work(runs: Any, n_traj: int) -> None:
         )
 
 
-def bench_overhead(tmp: Path, n_rows: int, n_traj: int, concurrency: int, repeats: int = 3) -> dict:
+def bench_overhead(
+    tmp: Path,
+    n_rows: int,
+    n_traj: int,
+    concurrency: int,
+    repeats: int = 3,
+    cold_first: str = "traced",
+) -> dict:
     from flows.params import DEFAULT_FILTERS
 
     path = _dataset(tmp, n_rows)
@@ -308,23 +315,17 @@ def bench_overhead(tmp: Path, n_rows: int, n_traj: int, concurrency: int, repeat
     # the trace-writer helper (MLflow import) and imports matplotlib, a cold start that the
     # ``twinkle run`` figure measures. The untraced flow (trace_sample_rate 0) splits Prefect +
     # MLflow-run overhead from the CPU the trace writer takes.
+    # ``cold_first='untraced'``: round 0 runs the untraced flow first, the cold one then.
     rounds = []
     for k in range(repeats + 1):
-        rounds.append(
-            (
-                baseline_stages(path, tmp / f"base{k}", n_traj, filters, concurrency),
-                flow_stages(path, tmp / f"flow{k}", n_traj, filters, concurrency, n_rows),
-                flow_stages(
-                    path,
-                    tmp / f"flow-untraced{k}",
-                    n_traj,
-                    filters,
-                    concurrency,
-                    n_rows,
-                    sample_rate=0.0,
-                ),
+        direct = baseline_stages(path, tmp / f"base{k}", n_traj, filters, concurrency)
+        flows = {}
+        for rate in (0.0, 1.0) if k == 0 and cold_first == "untraced" else (1.0, 0.0):
+            name = "flow" if rate else "flow-untraced"
+            flows[rate] = flow_stages(
+                path, tmp / f"{name}{k}", n_traj, filters, concurrency, n_rows, sample_rate=rate
             )
-        )
+        rounds.append((direct, flows[1.0], flows[0.0]))
     plain = baseline_stages(
         path, tmp / "base-inprocess", n_traj, filters, concurrency, server="inprocess"
     )
@@ -357,9 +358,12 @@ def bench_overhead(tmp: Path, n_rows: int, n_traj: int, concurrency: int, repeat
         # The fastest flow against the fastest direct run: one lucky run moves it most.
         "overhead_ratio_fastest_runs": round(fastest, 3),
         "cold_round": {
+            "first_flow": cold_first,  # the process's first flow run; the other ran after it
             "stages_direct_s": round(cold[0]["total_s"], 2),
             "flow_s": round(cold[1]["total_s"], 2),
             "overhead_ratio": round(cold[1]["total_s"] / cold[0]["total_s"] - 1, 3),
+            "flow_untraced_s": round(cold[2]["total_s"], 2),
+            "overhead_untraced_ratio": round(cold[2]["total_s"] / cold[0]["total_s"] - 1, 3),
         },
         "median_round": {
             "stages_direct_s": round(base["total_s"], 2),
@@ -555,6 +559,12 @@ def main() -> None:
         help="run only these parts (repeatable); default: all",
     )
     ap.add_argument(
+        "--cold",
+        choices=("traced", "untraced"),
+        default="traced",
+        help="which flow of the overhead part's first round is the process's first (cold) one",
+    )
+    ap.add_argument(
         "--tracing-server",
         choices=("server", "server-otlp"),
         action="append",
@@ -580,7 +590,12 @@ def main() -> None:
                 result["prefect_api_start_s"] = round(time.perf_counter() - t0, 2)
                 if "overhead" in parts:
                     result["overhead"] = bench_overhead(
-                        tmp, n_rows, n_traj, concurrency, repeats=1 if args.quick else 3
+                        tmp,
+                        n_rows,
+                        n_traj,
+                        concurrency,
+                        repeats=1 if args.quick else 3,
+                        cold_first=args.cold,
                     )
                 if "tracing" in parts:
                     result["tracing"] = bench_tracing(tmp, n_trace, concurrency)

@@ -30,7 +30,9 @@ def rows(path: Path) -> list[dict]:
 
 def test_overhead_part_times_the_same_work_direct_and_as_a_flow(bench, prefect_api, tmp_path):
     n_rows, n_traj = 40, 2
-    out = bench.bench_overhead(tmp_path, n_rows=n_rows, n_traj=n_traj, concurrency=2, repeats=1)
+    out = bench.bench_overhead(
+        tmp_path, n_rows=n_rows, n_traj=n_traj, concurrency=2, repeats=1, cold_first="untraced"
+    )
 
     # Both sides curated the same rows and replayed the same trajectories, all reproduced.
     curated = rows(tmp_path / "base1" / "curated.jsonl")
@@ -64,8 +66,18 @@ def test_overhead_part_times_the_same_work_direct_and_as_a_flow(bench, prefect_a
     assert out["target_ratio"] == 0.15 and isinstance(out["ok"], bool)
 
     cold = out["cold_round"]
-    assert set(cold) == {"stages_direct_s", "flow_s", "overhead_ratio"}
-    assert cold["stages_direct_s"] > 0 and cold["flow_s"] > 0 and -1 < cold["overhead_ratio"] < 100
+    assert cold.pop("first_flow") == "untraced"
+    assert set(cold) == {
+        "stages_direct_s",
+        "flow_s",
+        "overhead_ratio",
+        "flow_untraced_s",
+        "overhead_untraced_ratio",
+    }
+    assert cold["stages_direct_s"] > 0 and cold["flow_s"] > 0 and cold["flow_untraced_s"] > 0
+    assert -1 < cold["overhead_ratio"] < 100 and -1 < cold["overhead_untraced_ratio"] < 100
+    # The cold untraced flow ran first: its traced twin ran after it, in a warm process.
+    assert (tmp_path / "flow-untraced0").stat().st_mtime < (tmp_path / "flow0").stat().st_mtime
     median = out["median_round"]
     assert median["flow_s"] == out["flow_runs_s"][0]
     assert median["stages_direct_s"] == out["stages_direct_runs_s"][0]
