@@ -23,6 +23,7 @@ from typing import Any
 from twinkle.preprocessor.base import Mapper, Row, drop, malformed_reason, map_col_to_row
 from twinkle.preprocessor.pii.classify import (
     _ANY_SIGNAL_RE,
+    _HAN_RE,
     _LETTER_RE,
     _detect_language,
     _is_name_like,
@@ -55,9 +56,14 @@ from twinkle.preprocessor.pii.rewrite import (
     _pseudonym_seed,
     _rewrite_message,
     _row_pattern,
+    rewrite_keys,
+    rewrite_number,
 )
 
 __all__ = ["PIIPresidioFilter"]
+
+#: Row fields the ``all_fields`` walk leaves to others: the messages have their own walk.
+_NOT_WALKED = ("messages", "_pii_hits")
 
 logger = logging.getLogger("twinkle.preprocessor")
 
@@ -139,6 +145,7 @@ class PIIPresidioFilter(Mapper):
         self.languages = tuple(languages)
         if not self.languages:
             raise ValueError("languages must name at least one language, got none")
+        self._jieba_too = bool(_JIEBA_LANGUAGES & set(self.languages))
         models = {**DEFAULT_SPACY_MODELS, **(spacy_models or {})}
         for lang in self.languages:
             if lang not in models:
@@ -235,7 +242,12 @@ class PIIPresidioFilter(Mapper):
                             nlp_artifacts=artifacts,
                         )
                     ]
-                    if ner and lang in _JIEBA_LANGUAGES and _LETTER_RE.search(text):
+                    # A Chinese name in text routed elsewhere ("Regards, Ann. 联系人：王小明")
+                    # is no word of that language's NER: jieba tags it.
+                    if ner and (
+                        (lang in _JIEBA_LANGUAGES and _LETTER_RE.search(text))
+                        or (self._jieba_too and _HAN_RE.search(text))
+                    ):
                         found += [s for s in _jieba_spans(text) if s[2] in self.strategies]
                     out[job] = self._resolve(text, found, prose)
                 except Exception as exc:  # noqa: BLE001 - one bad text fails its rows only
@@ -334,7 +346,10 @@ class PIIPresidioFilter(Mapper):
         for start, end, entity in spans:
             # One entity per value in the row, so one pseudonym even when NER labels differ.
             entity = row_values.get(text[start:end], entity)
-            pieces += [text[last:start], self._rewrite_span(entity, text[start:end], lang, cache)]
+            value = text[start:end]
+            # A Chinese name in English text gets a Chinese pseudonym.
+            value_lang = "zh" if lang == "en" and _HAN_RE.search(value) else lang
+            pieces += [text[last:start], self._rewrite_span(entity, value, value_lang, cache)]
             last = end
             hits[entity] += 1
         pieces.append(text[last:])
@@ -354,20 +369,29 @@ class PIIPresidioFilter(Mapper):
         ]
 
     def _walk_fields(self, row: Row, fn: TextFn) -> dict[str, Any]:
-        """With ``all_fields``, the row's other fields with ``fn`` applied to each string."""
+        """With ``all_fields``, the row's other fields with ``fn`` applied to each string, each
+        key and each number long enough to be an identifier (``rewrite_number``). Tool schemas
+        (``tools``) are developer text shared by many rows: only strong identifiers there,
+        no NER, whose false hits would then be rewritten in every row's prose."""
         if not self.all_fields:
             return {}
 
-        def walk(value: Any) -> Any:
+        def walk(value: Any, prose_ok: bool = True) -> Any:
             if isinstance(value, str):
-                return fn(value, " " in value.strip())
+                return fn(value, prose_ok and " " in value.strip())
             if isinstance(value, dict):
-                return {k: walk(v) for k, v in value.items()}
+                return rewrite_keys(
+                    {k: walk(v, prose_ok) for k, v in value.items()},
+                    lambda k: fn(k, prose_ok and " " in k.strip()),
+                )
             if isinstance(value, (list, tuple)):
-                return [walk(v) for v in value]
-            return value
+                return [walk(v, prose_ok) for v in value]
+            return rewrite_number(value, fn)
 
-        return {k: walk(v) for k, v in row.items() if k not in ("messages", "tools", "_pii_hits")}
+        return rewrite_keys(
+            {k: walk(v, k != "tools") for k, v in row.items() if k not in _NOT_WALKED},
+            lambda k: fn(k, False),
+        )
 
     def _texts(self, row: Row) -> list[tuple[str, bool]]:
         """Every ``(text, prose)`` the row holds, in walking order."""
@@ -420,7 +444,17 @@ class PIIPresidioFilter(Mapper):
             values = prose_values if prose else code_values
             return self._rewrite_text(text, spans, values, patterns[prose], cache, hits)
 
-        new_row = {**row, **self._walk_fields(row, rewrite), "messages": self._walk(row, rewrite)}
+        new_row = dict(row)
+        if self.all_fields:  # in the row's order; a key may be rewritten too
+            walked = iter(self._walk_fields(row, rewrite).items())
+            new_row = {}
+            for k, v in row.items():
+                if k in _NOT_WALKED:
+                    new_row[k] = v
+                else:
+                    new_key, new_value = next(walked)
+                    new_row[new_key] = new_value
+        new_row["messages"] = self._walk(row, rewrite)
         if self.record_counts:
             if hits:
                 new_row["_pii_hits"] = dict(hits)

@@ -128,6 +128,12 @@ _PATTERNS: tuple[tuple[str, str, float], ...] = (
         ),
         0.9,
     ),
+    # The password of a URL's credentials: "postgres://app:S3cret@db:5432/x".
+    (
+        "PASSWORD",
+        r"(?<=[A-Za-z][A-Za-z0-9+.-]*://[^\s:/?#@\"'<>]{1,64}:)[^\s/?#@\"'<>]{1,128}(?=@)",
+        0.95,
+    ),
     (
         "PASSWORD",
         (

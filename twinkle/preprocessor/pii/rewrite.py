@@ -127,11 +127,14 @@ TextFn = Callable[[str, bool], str]
 _JSON_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"(\s*:)?')
 
 
-def _rewrite_json_text(text: str, leaf: Callable[[str, str | None], str]) -> str | None:
+def _rewrite_json_text(
+    text: str, leaf: Callable[[str, str | None], str], key_leaf: Callable[[str], str] | None = None
+) -> str | None:
     """Rewrite the string values of a JSON object/array text in place, or None when ``text``
-    is no such JSON. Only the literals that change are re-encoded, so every other byte (keys,
-    numbers, spacing) stays, and a file and its read-back stay byte-identical after rewriting.
-    ``leaf(value, key)`` gets the nearest enclosing key, which says whether a value is code."""
+    is no such JSON. Only the literals that change are re-encoded, so every other byte
+    (numbers, spacing) stays, and a file and its read-back stay byte-identical after
+    rewriting. ``leaf(value, key)`` gets the nearest enclosing key, which says whether a value
+    is code; ``key_leaf(key)`` rewrites the keys themselves (an e-mail used as a key)."""
     if text.lstrip()[:1] not in ("{", "["):
         return None
     try:
@@ -143,14 +146,16 @@ def _rewrite_json_text(text: str, leaf: Callable[[str, str | None], str]) -> str
     pieces: list[str] = []
     last, key = 0, None
     for m in _JSON_STRING_RE.finditer(text):
-        value = json.loads(text[m.start() : m.end() - len(m.group(1) or "")])
+        end = m.end() - len(m.group(1) or "")
+        value = json.loads(text[m.start() : end])
         if m.group(1):
             key = value
-            continue
-        new = leaf(value, key)
+            new = key_leaf(value) if key_leaf is not None else value
+        else:
+            new = leaf(value, key)
         if new != value:
             pieces += [text[last : m.start()], json.dumps(new, ensure_ascii=False)]
-            last = m.end()
+            last = end
     return "".join(pieces) + text[last:] if pieces else text
 
 
@@ -158,7 +163,9 @@ def _rewrite_tool_text(text: str, fn: TextFn, key: str | None = None) -> str:
     """A tool argument or tool output: JSON is rewritten value by value; a value under a code
     key (``command``, ``path``, ...) or one that does not read as prose is code, where only
     the strong identifier patterns apply."""
-    as_json = _rewrite_json_text(text, lambda v, k: _rewrite_tool_text(v, fn, k))
+    as_json = _rewrite_json_text(
+        text, lambda v, k: _rewrite_tool_text(v, fn, k), lambda k: fn(k, False)
+    )
     if as_json is not None:
         return as_json
     code = (key or "").lower() in words("code_keys") or not _looks_like_prose(text)
@@ -166,18 +173,51 @@ def _rewrite_tool_text(text: str, fn: TextFn, key: str | None = None) -> str:
 
 
 def _rewrite_tool_value(value: Any, fn: TextFn, key: str | None = None) -> Any:
-    """Every string leaf of decoded tool arguments (keys are left alone)."""
+    """Every string leaf of decoded tool arguments, their keys (strong identifiers only) and
+    numbers long enough to be a card or account number."""
     if isinstance(value, str):
         return _rewrite_tool_text(value, fn, key)
     if isinstance(value, list):
         return [_rewrite_tool_value(v, fn, key) for v in value]
     if isinstance(value, dict):
-        return {k: _rewrite_tool_value(v, fn, k) for k, v in value.items()}
-    return value
+        return rewrite_keys(
+            {k: _rewrite_tool_value(v, fn, k) for k, v in value.items()}, lambda k: fn(k, False)
+        )
+    return rewrite_number(value, fn)
+
+
+#: Whole numbers from this many digits may be identifiers (card, account, ID numbers).
+_ID_DIGITS = 12
+
+
+def rewrite_number(value: Any, fn: TextFn) -> Any:
+    """``value``, or, for a whole number long enough to be a card or account number in which
+    ``fn`` finds one, its rewritten text (a string: the masked form is not a number)."""
+    if isinstance(value, bool) or not isinstance(value, int) or abs(value) < 10 ** (_ID_DIGITS - 1):
+        return value
+    text = str(value)
+    new = fn(text, False)
+    return value if new == text else new
+
+
+def rewrite_keys(mapping: dict[Any, Any], key_fn: Callable[[str], str]) -> dict[Any, Any]:
+    """``mapping`` with ``key_fn`` applied to its string keys (an e-mail used as a key); a
+    rewritten key that meets another gets a ``#n`` suffix, so no value is lost."""
+    out: dict[Any, Any] = {}
+    for k, v in mapping.items():
+        new = key_fn(k) if isinstance(k, str) else k
+        if new != k:
+            base, n = new, 1
+            while new in out or new in mapping:
+                n += 1
+                new = f"{base}#{n}"
+        out[new] = v
+    return out
 
 
 def _rewrite_message(msg: dict[str, Any], fn: TextFn) -> dict[str, Any]:
-    """A copy of ``msg`` with ``fn`` applied to content, reasoning and tool-call arguments.
+    """A copy of ``msg`` with ``fn`` applied to content, reasoning, ``name`` and tool-call
+    arguments (their keys too).
 
     Text of system, user and assistant messages is prose; tool outputs and tool-call arguments
     are prose only where they read as prose (a note's text), never commands or paths.
@@ -188,7 +228,8 @@ def _rewrite_message(msg: dict[str, Any], fn: TextFn) -> dict[str, Any]:
     def text(t: str) -> str:
         if is_tool:
             return _rewrite_tool_text(t, fn)
-        as_json = _rewrite_json_text(t, lambda v, _k: fn(v, True))  # NER misses names in JSON
+        # NER misses names in JSON: each value is analysed alone.
+        as_json = _rewrite_json_text(t, lambda v, _k: fn(v, True), lambda k: fn(k, False))
         return fn(t, True) if as_json is None else as_json
 
     content = msg.get("content")
@@ -204,6 +245,9 @@ def _rewrite_message(msg: dict[str, Any], fn: TextFn) -> dict[str, Any]:
     for key in ("reasoning_content", "thinking"):
         if isinstance(msg.get(key), str):
             out[key] = fn(msg[key], True)
+    # A participant's name (OpenAI's ``name``) is personal; a tool message's is the tool's.
+    if isinstance(msg.get("name"), str):
+        out["name"] = fn(msg["name"], not is_tool)
     raw = msg.get("tool_calls")
     if raw:
         calls = normalize_tool_calls(msg)
