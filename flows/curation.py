@@ -170,6 +170,7 @@ def run_curation(
         "rows_in": written["rows_in"],
         "rows_out": written["rows_out"],
         "dropped": written["dropped"],
+        "warning": empty_curation_warning(written),
         "steps": written["steps"],
         # A run in a new folder is not served from the task cache, but from the finished
         # shards of the work folder: a reuse the CLI lists too.
@@ -183,6 +184,31 @@ def run_curation(
         "settings": params.model_dump(),
         "seconds": time.perf_counter() - started,
     }
+
+
+def empty_curation_warning(result: dict[str, Any]) -> str | None:
+    """A warning when curation kept no row (the run then has nothing of its input to show),
+    naming the commonest drop reasons; else None.
+
+    Example:
+        >>> steps = [{"step": "dedup", "dropped": {"malformed_messages": 3}}]
+        >>> empty_curation_warning({"rows_in": 3, "rows_out": 0, "steps": steps})
+        'curation kept 0 of 3 rows (dedup/malformed_messages: 3): nothing of the input goes on'
+    """
+    if result["rows_out"]:
+        return None
+    if not result["rows_in"]:
+        return "curation read no rows from the inputs: nothing of the input goes on"
+    drops = sorted(
+        (
+            (n, f"{st['step']}/{r}")
+            for st in result["steps"]
+            for r, n in (st.get("dropped") or {}).items()
+        ),
+        reverse=True,
+    )
+    reasons = ", ".join(f"{name}: {n}" for n, name in drops[:3])
+    return f"curation kept 0 of {result['rows_in']} rows ({reasons}): nothing of the input goes on"
 
 
 def publish_curation(result: dict[str, Any], ctx: Any = None) -> None:
@@ -203,11 +229,15 @@ def publish_curation(result: dict[str, Any], ctx: Any = None) -> None:
         f"curation: {result['rows_in']} rows in, {result['rows_out']} out, "
         f"{result['dropped']} dropped; PII step {result['pii']}"
     )
+    warning = result.get("warning")
+    if warning:
+        stage_log(warning, warning=True)
     create_markdown_artifact(
         key="curation-summary",
         markdown="\n".join(
             [
                 "# Curation",
+                *([f"> **{warning}**", ""] if warning else []),
                 *([links_markdown(ctx)] if ctx is not None else []),
                 f"- rows in: **{result['rows_in']}**, rows out: **{result['rows_out']}**, "
                 f"dropped: **{result['dropped']}**",

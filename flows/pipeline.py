@@ -135,6 +135,7 @@ def _pipeline(
             "run_key": ctx.run_key,
             "run_dir": str(dest),
             "reused": reused_stages(curated),
+            **({"warning": curated["warning"]} if curated.get("warning") else {}),
         }
         close_run(ctx, rolled, tracked, rollout, summary)
         point_latest(out, dest)

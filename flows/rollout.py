@@ -572,9 +572,10 @@ def close_run(
         verdict = check_rollout(result, params)
     except Exception as exc:
         publish_rollout(result, tracked, ctx, verdict=f"Failed: {exc}")
-        finish_tracking(ctx, {**summary, "error": str(exc)}, status="FAILED")
+        stage = [result["stage_run_id"]] if result.get("stage_run_id") else []
+        finish_tracking(ctx, {**summary, "error": str(exc)}, status="FAILED", failed_stages=stage)
         raise
-    if verdict:
-        summary["warning"] = verdict
+    if verdict:  # after the curation's own warning, if any
+        summary["warning"] = "; ".join(w for w in (summary.get("warning"), verdict) if w)
     publish_rollout(result, tracked, ctx, verdict=verdict)
     finish_tracking(ctx, summary)

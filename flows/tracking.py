@@ -143,9 +143,19 @@ def _flow_run_url(run_id: str) -> str | None:
 
 
 @task(name="finish-tracking", task_run_name="finish-tracking", **_IO)
-def finish_tracking(tracking: Tracking, summary: dict[str, Any], status: str = "FINISHED") -> None:
-    """Log the run's summary (metrics + JSON) and close it."""
+def finish_tracking(
+    tracking: Tracking,
+    summary: dict[str, Any],
+    status: str = "FINISHED",
+    failed_stages: list[str] | None = None,
+) -> None:
+    """Log the run's summary (metrics + JSON) and close it; ``failed_stages``: stage runs
+    that ended before the run's verdict failed them (the rollout over ``max_failure_rate``),
+    marked FAILED with their own end time kept."""
     tracker = tracking.tracker
+    for stage in failed_stages or []:
+        ended = tracker.client.get_run(stage).info.end_time
+        tracker.end_run(stage, "FAILED", end_time=ended / 1000 if ended else None)
     tracker.log_metrics(
         tracking.run_id, {k: v for k, v in summary.items() if isinstance(v, (int, float))}
     )

@@ -20,9 +20,12 @@ def test_inputs_missing_or_empty_folders_are_named(tmp_path):
     good = tmp_path / "rows.jsonl"
     good.write_text("{}\n")
     (tmp_path / "empty").mkdir()
-    problems = check_inputs([str(good), str(tmp_path / "nope.jsonl"), str(tmp_path / "empty")])
-    assert len(problems) == 2
+    (tmp_path / "zero.jsonl").write_text("")
+    paths = [good, tmp_path / "nope.jsonl", tmp_path / "empty", tmp_path / "zero.jsonl"]
+    problems = check_inputs([str(p) for p in paths])
+    assert len(problems) == 3
     assert "nope.jsonl does not exist" in problems[0] and "without" in problems[1]
+    assert problems[2] == f"input {tmp_path / 'zero.jsonl'} is empty: give a file with rows"
 
 
 def test_urls_need_a_scheme_and_a_host_and_passwords_stay_out_of_messages():
@@ -35,6 +38,11 @@ def test_urls_need_a_scheme_and_a_host_and_passwords_stay_out_of_messages():
 def test_tracking_uris(tmp_path):
     assert check_tracking_uri(f"sqlite:///{tmp_path}/new/mlflow.db") is None
     assert "folder" in check_tracking_uri(f"sqlite:///{tmp_path}")
+    (tmp_path / "a-file").write_text("x")  # a file where a folder of the path should be
+    assert check_tracking_uri(f"sqlite:///{tmp_path}/a-file/sub/mlflow.db") == (
+        f"tracking URI sqlite:///{tmp_path}/a-file/sub/mlflow.db: {tmp_path}/a-file is a file, "
+        "not a folder: pick another path"
+    )
     assert "unknown scheme" in check_tracking_uri("mlfow://x")
     dead = check_tracking_uri(f"http://127.0.0.1:{free_port()}")
     assert "unreachable" in dead and "--tracking-uri" in dead

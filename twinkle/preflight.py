@@ -73,7 +73,8 @@ class PreflightError(TwinkleError, ValueError):
 
 
 def check_inputs(paths: Iterable[str]) -> list[str]:
-    """Problems with input files (missing, a directory without data files, unreadable)."""
+    """Problems with input files (missing, a directory without data files, unreadable,
+    empty)."""
     problems = []
     from twinkle.io_formats import expand_sources, is_dataset_folder
 
@@ -95,6 +96,8 @@ def check_inputs(paths: Iterable[str]) -> list[str]:
                 problems.append(f"input {path} is a folder without .jsonl/.json/.parquet files")
         elif not os.access(p, os.R_OK):
             problems.append(f"input {path} is not readable: check its permissions")
+        elif p.stat().st_size == 0:
+            problems.append(f"input {path} is empty: give a file with rows")
     return problems
 
 
@@ -165,6 +168,8 @@ def check_tracking_uri(uri: str | None) -> str | None:
             folder = folder.parent
         if db.is_dir():
             return f"tracking URI {uri}: {db} is a folder, not a database file"
+        if not folder.is_dir():  # a file where a folder of the path should be
+            return f"tracking URI {uri}: {folder} is a file, not a folder: pick another path"
         if not os.access(folder, os.W_OK):
             return f"tracking URI {uri}: {folder} is not writable: pick another path"
         return None
