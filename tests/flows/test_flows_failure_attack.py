@@ -191,40 +191,31 @@ def test_an_endpoint_that_never_gives_a_usable_answer_fails_everywhere(
 def test_an_endpoint_that_hangs_past_the_request_timeout_fails_everywhere(
     prefect_api, tmp_path, conversations_file, tracking_params
 ):
-    from flows.params import CurationParams, PolicyParams, RolloutParams, RunParams
-    from flows.pipeline import pipeline_flow
-    from twinkle.rollout.runner import RunFailedError
+    """``--request-timeout`` bounds each model call: a hung endpoint fails the run in
+    seconds, everywhere, and the line says which bound it hit."""
     from twinkle.testing.openai_server import OpenAIServer, Reply
 
     def hang(request):
         return Reply(body={"error": "late"}, status=500, delay_s=120)
 
     with OpenAIServer(hang) as server:
-        state = pipeline_flow(
-            CurationParams(inputs=[conversations_file]),
-            RolloutParams(
-                tasks=[],
-                concurrency=4,
-                policy=PolicyParams(base_url=server.base_url, model="m", request_timeout_s=1.5),
-            ),
+        result = _cli(
+            tmp_path,
             tracking_params,
-            RunParams(output_dir=str(tmp_path / "out")),
-            return_state=True,
+            conversations_file,
+            "--base-url",
+            server.base_url,
+            "--model",
+            "m",
+            "--tasks",
+            "math",
+            "--concurrency",
+            "16",
+            "--request-timeout",
+            "1.5",
         )
-    assert flow_state(state) == "FAILED"
-    error = state.result(raise_on_failure=False)
-    assert isinstance(error, RunFailedError), repr(error)
-    message = str(error)
-    assert "4 of 4 trajectories failed" in message, message
-    assert f"policy endpoint {server.base_url}: timing out" in message, message
-    assert "within request_timeout_s=1.5 s" in message, message
-    runs = _mlflow_runs(tracking_params)
-    assert runs[None].info.status == "FAILED"
-    assert not any(r.info.status == "RUNNING" for r in runs.values())
-    assert runs[None].data.tags["twinkle.run_key"] == str(state.state_details.flow_run_id)
-    markdown = flow_run_artifacts(state.state_details.flow_run_id)["rollout-summary"].data
-    assert "> **Failed: " in markdown and "timing out" in markdown
-    assert all(t["rewards"] == {} for t in _scored(tmp_path))
+    _failed_everywhere(result, tmp_path, tracking_params, server.base_url, "timing out")
+    assert "within request_timeout_s=1.5 s" in _reason(result.output), result.output[-3000:]
 
 
 # -- the threshold -------------------------------------------------------------------------------

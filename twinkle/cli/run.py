@@ -148,6 +148,12 @@ def _quiet() -> None:
     "--api-key-env", default=None, help="Environment variable holding the endpoint's API key."
 )
 @click.option(
+    "--request-timeout",
+    default=None,
+    type=click.FloatRange(min=0.1),
+    help="Seconds one model call may take, retries included, before it fails (default: 120).",
+)
+@click.option(
     "--sandbox-url",
     default=None,
     help="E2B-compatible sandbox API (default: a local server for the run).",
@@ -216,6 +222,7 @@ def run(
     base_url,
     model,
     api_key_env,
+    request_timeout,
     sandbox_url,
     tracking_uri,
     experiment,
@@ -296,7 +303,12 @@ def run(
         max_turns=max_turns,
         concurrency=concurrency,
         max_failure_rate=max_failure_rate,
-        policy=PolicyParams(base_url=base_url, model=model, api_key_env=api_key_env),
+        policy=PolicyParams(
+            base_url=base_url,
+            model=model,
+            api_key_env=api_key_env,
+            **({"request_timeout_s": request_timeout} if request_timeout else {}),
+        ),
         sandbox=SandboxParams(api_url=sandbox_url),
     )
     tracking = TrackingParams(
