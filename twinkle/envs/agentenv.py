@@ -167,6 +167,14 @@ def is_environment_failure(exc: BaseException) -> bool:
     )
 
 
+def _is_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the sandbox (or its server) did not answer at all."""
+    import httpx
+
+    e2b = _import_e2b()
+    return isinstance(exc, (e2b.SandboxUnreachableException, httpx.TransportError, ConnectionError))
+
+
 def _env_failure(observation: str, error: str, cause: str) -> StepResult:
     return StepResult(
         observation=truncate_observation(observation),
@@ -376,9 +384,10 @@ class AgentEnv(Env):
         except Exception as exc:  # noqa: BLE001 - a failed tool call is the model's observation
             message = str(exc) or type(exc).__name__
             if is_environment_failure(exc):
-                return _env_failure(
-                    f"Error: {message}", type(exc).__name__, f"{type(exc).__name__}: {message}"
-                )
+                cause = f"{type(exc).__name__}: {message}"
+                if _is_unreachable(exc):  # say it first: the SDK's text is about a request
+                    cause = f"sandbox unreachable: {cause}"
+                return _env_failure(f"Error: {message}", type(exc).__name__, cause)
             return StepResult(
                 observation=truncate_observation(f"Error: {message}"),
                 info={"error": type(exc).__name__},
