@@ -28,6 +28,16 @@
 Prints one JSON object. ``--quick`` for a small run; ``--only PART`` (repeatable: run,
 overhead, tracing, trace-write) for some parts.
 
+Session of 2026-12-02 (later; load 2.5-4, 3 rounds, ``--cold untraced``): ``twinkle run``
+27.4 s; overhead at 10k / 500, direct 12.6-13.6 s, flow untraced 14.4-14.6 s (median
+**+13.8%**, paired +8.0 / +13.8 / +14.4%; cold, the process's first flow run, +15.6%),
+flow traced 24.3-25.1 s (median **+95%**; cold +91%); tracing at the 200 ms endpoint +25%
+(min) / +34% (median), tail 1.2-1.4 s; trace writing 23.6 ms CPU per trace. What moved the
+untraced figure from +21%: flow runs no longer wait on Prefect's heartbeat thread where no
+one watches heartbeats (its 1 s sleeps cost 0.7 s per run), the rollout stops reading the
+curated file at its ``limit`` (0.5 s), and sandboxes are renewed once a tenth of their
+lifetime has passed rather than every step (both sides: direct 14.5-16.4 s before).
+
 2026-12-02, after fixing the baseline. Until then the direct run did less work than the flow:
 it creates all 500 sandboxes before rolling out, and with a few hundred live sandboxes the
 sandbox server held descriptors numbered past 1024, which its ``select`` refused, so 285 of
