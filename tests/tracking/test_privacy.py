@@ -12,6 +12,7 @@ import pytest
 
 from tests.flows.conftest import conversation
 from tests.flows.tests_flows_helpers import flow_state, mlflow_client, prefect_db_files
+from tests.tracking.privacy_run import run_planted
 
 pytestmark = pytest.mark.slow
 
@@ -45,26 +46,7 @@ def _stored_bytes(tmp_path: Path) -> dict[str, bytes]:
 
 
 def test_planted_secrets_and_pii_never_reach_the_mlflow_store(prefect_api, tmp_path):
-    from flows.params import CurationParams, RolloutParams, RunParams, TrackingParams
-    from flows.pipeline import pipeline_flow
-
-    src = tmp_path / "planted.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in _rows()))
-    tracking = TrackingParams(
-        tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
-        artifact_location=str(tmp_path / "mlruns"),
-        log_dropped_rows=True,  # uploaded, so only after the PII rewrite
-    )
-    # A password in a URL parameter is refused before any run exists (the parameter models,
-    # tests/flows/test_flows_url_credentials.py); a URL without one is logged as it is.
-    rollout = RolloutParams(tasks=[], concurrency=4, openenv_base_url="http://127.0.0.1:9/")
-    state = pipeline_flow(
-        CurationParams(inputs=[str(src)], pii="on"),
-        rollout,
-        tracking,
-        RunParams(output_dir=str(tmp_path / "out")),
-        return_state=True,
-    )
+    state, tracking = run_planted(tmp_path, _rows())
     assert flow_state(state) == "COMPLETED"
     summary = state.result()
     assert summary["pii"] == "ran" and summary["trajectories"] == 3

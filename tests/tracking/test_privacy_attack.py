@@ -19,6 +19,7 @@ import pytest
 
 from tests.flows.conftest import conversation
 from tests.flows.tests_flows_helpers import flow_state, prefect_db_files
+from tests.tracking.privacy_run import run_planted
 
 pytestmark = pytest.mark.slow
 
@@ -224,25 +225,9 @@ def _holding(secret: str, stored: dict[str, bytes]) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def run(prefect_api, tmp_path_factory) -> dict[str, Any]:
     """One pipeline run over the planted rows; the stores' bytes afterwards."""
-    from flows.params import CurationParams, RolloutParams, RunParams, TrackingParams
-    from flows.pipeline import pipeline_flow
-
     tmp = tmp_path_factory.mktemp("privacy_attack")
+    state, _ = run_planted(tmp, _rows())
     src = tmp / "planted.jsonl"
-    src.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in _rows()))
-    tracking = TrackingParams(
-        tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}",
-        artifact_location=str(tmp / "mlruns"),
-        log_dropped_rows=True,
-    )
-    rollout = RolloutParams(tasks=[], concurrency=4, openenv_base_url="http://127.0.0.1:9/")
-    state = pipeline_flow(
-        CurationParams(inputs=[str(src)], pii="on"),
-        rollout,
-        tracking,
-        RunParams(output_dir=str(tmp / "out")),
-        return_state=True,
-    )
     return {
         "src": src,
         "state": flow_state(state),
