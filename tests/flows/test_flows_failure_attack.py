@@ -165,8 +165,8 @@ def _hang(request):
     [
         (_rate_limited, "HTTP 429", ()),
         (_bad_key, "HTTP 401", ()),
-        (_not_json, "", ()),
-        (_not_a_completion, "", ()),
+        (_not_json, "replying with bodies that are not JSON", ()),
+        (_not_a_completion, "replying with no chat completion", ()),
         # --request-timeout bounds each model call: a hung endpoint fails the run in seconds.
         (_hang, "timing out", ("--request-timeout", "1.5")),
     ],

@@ -200,7 +200,13 @@ _HTTP_RE = re.compile(r"\(HTTP (\d{3})\)|Error code: (\d{3})")
 
 
 def _status_of(errors: Sequence[str]) -> str:
-    """What the errors say about an endpoint: an HTTP status, unreachable, or timing out."""
+    """What the errors say about an endpoint: an HTTP status, unreachable, timing out, or
+    replies that are no chat completion.
+
+    Example:
+        >>> _status_of(["APIError: no choices in reply (endpoint http://h/v1)"])
+        'replying with no chat completion'
+    """
     for text in errors:
         m = _HTTP_RE.search(text)
         if m:
@@ -210,6 +216,10 @@ def _status_of(errors: Sequence[str]) -> str:
         return "unreachable"
     if "Timeout" in joined or "timed out" in joined or "no reply" in joined:
         return "timing out"
+    if "JSONDecodeError" in joined or "Expecting value" in joined:
+        return "replying with bodies that are not JSON"
+    if "no choices in reply" in joined:
+        return "replying with no chat completion"
     return "failing"
 
 
