@@ -114,7 +114,8 @@ def take_rows(
     """
     from twinkle.io import count_rows, read_rows
 
-    remembered = _remembered(paths)
+    hits = [_remembered(path) for path in paths]
+    remembered = None if None in hits else [row for hit in hits for row in hit]
     source = iter(remembered) if remembered is not None else read_rows(paths)
     taken: list[Any] = []
     read = 0
@@ -135,16 +136,12 @@ def take_rows(
     return taken, read, total - read
 
 
-def _remembered(paths: list[str]) -> list[Any] | None:
-    """The rows of all ``paths`` from memory, or None if one of them is not remembered."""
-    rows: list[Any] = []
-    for path in paths:
-        with _MEMO_LOCK:
-            hit = _MEMO.get(os.path.abspath(path))
-        if hit is None or hit[0] != _stat(path):
-            return None
-        rows.extend(hit[1])
-    return rows
+def _remembered(path: str) -> list[Any] | None:
+    """The rows of ``path`` from memory, or None if they are not remembered (or the file
+    changed since)."""
+    with _MEMO_LOCK:
+        hit = _MEMO.get(os.path.abspath(path))
+    return hit[1] if hit is not None and hit[0] == _stat(path) else None
 
 
 def read_rows_cached(paths: list[str], input_format: str | None = None) -> list[Any]:
@@ -159,11 +156,9 @@ def read_rows_cached(paths: list[str], input_format: str | None = None) -> list[
     fmt = None if input_format in (None, "auto") else input_format
     rows: list[Any] = []
     for path in paths:
-        key, stat = os.path.abspath(path), _stat(path)
-        with _MEMO_LOCK:
-            hit = _MEMO.get(key) if fmt is None else None
-        if hit is not None and hit[0] == stat:
-            rows.extend(hit[1])
+        hit = _remembered(path) if fmt is None else None
+        if hit is not None:
+            rows.extend(hit)
             continue
         part = read_rows_list([path], fmt)
         if fmt is None:

@@ -24,7 +24,6 @@ from twinkle.preprocessor.base import Mapper, Row, drop, malformed_reason, map_c
 from twinkle.preprocessor.pii.classify import (
     _ANY_SIGNAL_RE,
     _HAN_RE,
-    _LETTER_RE,
     _detect_language,
     _is_name_like,
     _is_phone_like,
@@ -62,7 +61,7 @@ from twinkle.preprocessor.pii.rewrite import (
 
 __all__ = ["PIIPresidioFilter"]
 
-#: Row fields the ``all_fields`` walk leaves to others: the messages have their own walk.
+#: Row fields the ``all_fields`` walk passes through: the messages have their own walk.
 _NOT_WALKED = ("messages", "_pii_hits")
 
 logger = logging.getLogger("twinkle.preprocessor")
@@ -173,7 +172,7 @@ class PIIPresidioFilter(Mapper):
         self.mask_head = mask_head
         self.mask_tail = mask_tail
         needed = ["presidio_analyzer", "spacy", "faker"]
-        needed += ["jieba"] if _JIEBA_LANGUAGES & set(self.languages) else []
+        needed += ["jieba"] if self._jieba_too else []
         _require(*needed)
         self._fakers: dict[str, Any] = {}
         self._persistent: dict[tuple[str, str], str] = {}
@@ -244,10 +243,7 @@ class PIIPresidioFilter(Mapper):
                     ]
                     # A Chinese name in text routed elsewhere ("Regards, Ann. 联系人：王小明")
                     # is no word of that language's NER: jieba tags it.
-                    if ner and (
-                        (lang in _JIEBA_LANGUAGES and _LETTER_RE.search(text))
-                        or (self._jieba_too and _HAN_RE.search(text))
-                    ):
+                    if ner and self._jieba_too and _HAN_RE.search(text):
                         found += [s for s in _jieba_spans(text) if s[2] in self.strategies]
                     out[job] = self._resolve(text, found, prose)
                 except Exception as exc:  # noqa: BLE001 - one bad text fails its rows only
@@ -369,8 +365,8 @@ class PIIPresidioFilter(Mapper):
         ]
 
     def _walk_fields(self, row: Row, fn: TextFn) -> dict[str, Any]:
-        """With ``all_fields``, the row's other fields with ``fn`` applied to each string, each
-        key and each number long enough to be an identifier (``rewrite_number``). Tool schemas
+        """With ``all_fields``, the row with ``fn`` applied to each string, key and number long
+        enough to be an identifier (``rewrite_number``) of its fields but the messages. Tool schemas
         (``tools``) are developer text shared by many rows: only strong identifiers there,
         no NER, whose false hits would then be rewritten in every row's prose."""
         if not self.all_fields:
@@ -388,9 +384,9 @@ class PIIPresidioFilter(Mapper):
                 return [walk(v, prose_ok) for v in value]
             return rewrite_number(value, fn)
 
-        return rewrite_keys(
-            {k: walk(v, k != "tools") for k, v in row.items() if k not in _NOT_WALKED},
-            lambda k: fn(k, False),
+        return rewrite_keys(  # the messages (their own walk) pass through in place
+            {k: v if k in _NOT_WALKED else walk(v, k != "tools") for k, v in row.items()},
+            lambda k: k if k in _NOT_WALKED else fn(k, False),
         )
 
     def _texts(self, row: Row) -> list[tuple[str, bool]]:
@@ -444,16 +440,7 @@ class PIIPresidioFilter(Mapper):
             values = prose_values if prose else code_values
             return self._rewrite_text(text, spans, values, patterns[prose], cache, hits)
 
-        new_row = dict(row)
-        if self.all_fields:  # in the row's order; a key may be rewritten too
-            walked = iter(self._walk_fields(row, rewrite).items())
-            new_row = {}
-            for k, v in row.items():
-                if k in _NOT_WALKED:
-                    new_row[k] = v
-                else:
-                    new_key, new_value = next(walked)
-                    new_row[new_key] = new_value
+        new_row = self._walk_fields(row, rewrite) if self.all_fields else dict(row)
         new_row["messages"] = self._walk(row, rewrite)
         if self.record_counts:
             if hits:
