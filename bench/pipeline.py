@@ -18,10 +18,12 @@
    scriptable OpenAI server in its own process): the rollout flow with ``trace_sample_rate``
    1.0 against 0.0, same trajectories; plus cost per trace and per span, and ``tail_s``: how
    long each traced rollout waited for the trace writer after its last trajectory (what
-   tracing adds that the 200 ms waits did not hide). Target < 10%. ``--tracing-server
-   server`` / ``server-otlp`` (repeatable) measure it again with a lean ``mlflow server``
-   over a SQLite file as the tracking URI (started before timing, like the Prefect API), with
-   MLflow's default export or with ``TWINKLE_TRACE_TRANSPORT=otlp`` (``twinkle.tracking.otlp``).
+   tracing adds that the 200 ms waits did not hide). Target < 10%. Measured into a SQLite
+   file (``tracing``: the embedded default, MLflow's client export) and into a lean ``mlflow
+   server`` over one (``tracing_server``: the at-scale setup, started before timing like the
+   Prefect API; twinkle sends each batch to its OTLP endpoint, ``twinkle.tracking.otlp``).
+   ``--tracing-server server-store`` adds the server with MLflow's client export
+   (``TWINKLE_TRACE_TRANSPORT=store``), ``none`` leaves the server out.
 4. Trace writing cost per trace: ``TraceWriter`` (MLflow's public tracing API), CPU of the
    whole process and wall time, in batches as the trace writer gets them.
 
@@ -246,6 +248,7 @@ def flow_stages(
     concurrency: int,
     n_rows: int,
     sample_rate: float = 1.0,
+    tracking_uri: str | None = None,
     **rollout_kw,
 ) -> dict:
     from flows.params import CurationParams, RolloutParams, RunParams, TrackingParams
@@ -256,7 +259,7 @@ def flow_stages(
     cur = CurationParams(inputs=[path], pii="off", filters=filters)
     rol = RolloutParams(tasks=[], limit=n_traj, concurrency=concurrency, **rollout_kw)
     tracking = TrackingParams(
-        tracking_uri=f"sqlite:///{out}-mlflow.db",
+        tracking_uri=tracking_uri or f"sqlite:///{out}-mlflow.db",
         artifact_location=f"{out}-mlruns",
         trace_sample_rate=sample_rate,
     )
@@ -460,10 +463,10 @@ def bench_tracing(
 ) -> dict:
     """Rollout flow against a 200 ms endpoint, traced vs untraced (``rounds`` runs of each, 1-3).
 
-    ``store``: ``sqlite`` (a SQLite file, MLflow's default export: the default setup), or a
+    ``store``: ``sqlite`` (a SQLite file, MLflow's client export: the embedded default), or a
     lean ``mlflow server`` over one, started before timing like the Prefect API: ``server``
-    (MLflow's default export to it) or ``server-otlp`` (``TWINKLE_TRACE_TRANSPORT=otlp``:
-    spans to its OTLP endpoint, ``twinkle.tracking.otlp``)."""
+    (twinkle's default transport to a server: its OTLP endpoint, ``twinkle.tracking.otlp``)
+    or ``server-store`` (MLflow's client export to it, ``TWINKLE_TRACE_TRANSPORT=store``)."""
     if store == "sqlite":
         return _bench_tracing(tmp, n_traj, concurrency, rounds, None)
     from twinkle.testing.mlflow_server import MLflowServer
@@ -471,7 +474,7 @@ def bench_tracing(
     t0 = time.perf_counter()
     with MLflowServer(f"sqlite:///{tmp}/{store}.db", f"{tmp}/{store}-artifacts") as server:
         started = time.perf_counter() - t0
-        transport = "otlp" if store == "server-otlp" else "store"
+        transport = "store" if store == "server-store" else "otlp"
         with mock.patch.dict(os.environ, {"TWINKLE_TRACE_TRANSPORT": transport}):
             out = _bench_tracing(tmp / store, n_traj, concurrency, rounds, server.uri)
     return {"store": store, "mlflow_server_start_s": round(started, 2), **out}
@@ -576,12 +579,17 @@ def main() -> None:
     )
     ap.add_argument(
         "--tracing-server",
-        choices=("server", "server-otlp"),
+        choices=("server", "server-store", "none"),
         action="append",
-        default=[],
-        help="also measure tracing against a local mlflow server (repeatable)",
+        help="the tracing part against a local mlflow server too (repeatable): 'server' "
+        "(twinkle's default transport to one: OTLP), 'server-store' (MLflow's client export, "
+        "TWINKLE_TRACE_TRANSPORT=store); default: server; 'none': the SQLite file only",
     )
     args = ap.parse_args()
+    servers = [s for s in (args.tracing_server or ["server"]) if s != "none"]
+    # MLflow prints its run links to stdout when a run against a server ends: this prints
+    # one JSON object there, and everything else goes to stderr.
+    out, sys.stdout = sys.stdout, sys.stderr
     parts = set(args.only or ("run", "overhead", "tracing", "trace-write"))
     if args.skip_run:
         parts.discard("run")
@@ -609,14 +617,14 @@ def main() -> None:
                     )
                 if "tracing" in parts:
                     result["tracing"] = bench_tracing(tmp, n_trace, concurrency)
-                    for store in args.tracing_server:
+                    for store in servers:
                         result[f"tracing_{store.replace('-', '_')}"] = bench_tracing(
                             tmp, n_trace, concurrency, store=store
                         )
         if "trace-write" in parts:
             result["trace_write"] = bench_trace_write(tmp, 64 if args.quick else 512)
         result["load_avg"] = [round(x, 2) for x in os.getloadavg()]
-    print(json.dumps(result))
+    print(json.dumps(result), file=out)
 
 
 if __name__ == "__main__":

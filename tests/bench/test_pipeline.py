@@ -131,6 +131,26 @@ def test_tracing_part_times_traced_and_untraced_rollout_flows(bench, prefect_api
     assert len(out["tail_s"]) == 1 and 0 <= out["tail_s"][0] <= out["rollout_flow_traced_s"]
 
 
+def test_tracing_part_against_a_server_sends_traces_to_its_otlp_endpoint(
+    bench, prefect_api, tmp_path
+):
+    from mlflow import MlflowClient
+
+    out = bench.bench_tracing(tmp_path, n_traj=2, concurrency=2, rounds=1, store="server")
+    assert out["store"] == "server" and out["mlflow_server_start_s"] > 0
+    assert out["trajectories"] == out["traces"] == 2
+    client = MlflowClient(f"sqlite:///{tmp_path}/server.db")
+    exp = client.get_experiment_by_name("twinkle")
+    found = client.search_traces(locations=[exp.experiment_id], filter_string="span.type = 'LLM'")
+    assert len(found) == 2  # span types read back as MLflow writes them
+    # Sent to the OTLP endpoint, the run is linked by a header: MLflow's client export would
+    # have put it in each trace's metadata.
+    assert not any("mlflow.sourceRun" in t.info.trace_metadata for t in found)
+    runs = [r.info.run_id for r in client.search_runs([exp.experiment_id])]
+    linked = [len(client.search_traces(locations=[exp.experiment_id], run_id=r)) for r in runs]
+    assert 2 in linked  # the traced flow's run shows its traces
+
+
 def test_trace_write_part_counts_the_traces_it_wrote(bench, tmp_path):
     n_traj, batch = 8, 4
     out = bench.bench_trace_write(tmp_path, n_traj=n_traj, batch=batch)

@@ -89,8 +89,7 @@ def test_what_is_read_back_is_what_was_built(tmp_path, store, request, monkeypat
             assert s.inputs == b.inputs and s.outputs == b.outputs
             assert (s.status.status_code.value == "ERROR") == bool(b.error)
             for k, v in b.attributes.items():
-                # Through OTLP, MLflow's server reads back whole-number attributes as text.
-                assert s.attributes[k] == v or (sent and s.attributes[k] == str(v))
+                assert s.attributes[k] == v
             parent = by_id.get(s.parent_id)
             assert (parent.name if parent else None) == (
                 built[b.parent].name if b.parent is not None else None
@@ -105,9 +104,10 @@ def test_what_is_read_back_is_what_was_built(tmp_path, store, request, monkeypat
         assert info.tags["status"] == ("failed" if failed else "ok")
         assert info.tags["dataset"] == "unit"
         assert info.trace_metadata["mlflow.trace.session"] == "session-1"
+        assert info.tags["mlflow.traceName"] == "trajectory"
         if not sent:  # through OTLP the run is linked instead: searched by run below
-            assert info.tags["mlflow.traceName"] == "trajectory"
             assert info.trace_metadata["mlflow.sourceRun"] == run
+        assert f"say {traj['id'][-1]}" in (info.request_preview or "")
         assert info.request_time == built[0].start_ns // 1_000_000
         assert info.token_usage == {"input_tokens": 5, "output_tokens": 1, "total_tokens": 6}
         feedback = {a.name: a for a in info.assessments}
@@ -127,10 +127,8 @@ def test_what_is_read_back_is_what_was_built(tmp_path, store, request, monkeypat
         locations=[writer.experiment_id], filter_string="tag.status = 'failed'"
     )
     assert [t.info.tags["twinkle.trace_key"] for t in found] == ["k1"]
-    # Through OTLP, MLflow 3.17's server stores span types JSON-quoted (twinkle.tracking.otlp).
-    llm = "'\"LLM\"'" if sent else "'LLM'"
     found = client.search_traces(
-        locations=[writer.experiment_id], filter_string=f"span.type = {llm}"
+        locations=[writer.experiment_id], filter_string="span.type = 'LLM'"
     )
     assert len(found) == 3
     assert len(client.search_traces(locations=[writer.experiment_id], run_id=run)) == 3
@@ -197,13 +195,14 @@ def test_tracking_uses_only_public_mlflow_names():
     assert private == []
 
 
-def test_the_transport_is_an_opt_in_for_a_server(tmp_path, monkeypatch):
+def test_the_transport_is_otlp_for_a_server_unless_told(tmp_path, monkeypatch):
     from twinkle.tracking.otlp import transport_for
 
     monkeypatch.delenv("TWINKLE_TRACE_TRANSPORT", raising=False)
-    assert transport_for("http://127.0.0.1:5000") == "store"
+    assert transport_for("http://127.0.0.1:5000") == "otlp"
+    monkeypatch.setenv("TWINKLE_TRACE_TRANSPORT", "store")
+    assert transport_for("https://mlflow.example") == "store"
     monkeypatch.setenv("TWINKLE_TRACE_TRANSPORT", "otlp")
-    assert transport_for("https://mlflow.example") == "otlp"
     assert transport_for(f"sqlite:///{tmp_path}/m.db") == "store"  # no server to send to
     monkeypatch.setenv("TWINKLE_TRACE_TRANSPORT", "grpc")
     with pytest.raises(ValueError, match="TWINKLE_TRACE_TRANSPORT"):

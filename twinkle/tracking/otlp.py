@@ -1,99 +1,196 @@
 """Traces sent to an MLflow tracking server through its OTLP endpoint (``/v1/traces``).
 
-With an ``http(s)://`` tracking URI, MLflow's default export stores each trace twice over:
-its spans through the server's OTLP endpoint, then its trace info through ``start_trace``,
-which finds the row the spans created and merges every tag and metadata row into it one by
-one (about two thirds of the server's work per trace). MLflow documents a second way in:
-its tracer exports to any OpenTelemetry collector named by the standard
-``OTEL_EXPORTER_OTLP_TRACES_*`` settings, and an MLflow server is one (the experiment in the
-``x-mlflow-experiment-id`` header). The server then stores each trace once, from its spans:
-the session from the root span's ``session.id`` attribute (OpenTelemetry's semantic
-convention), the tags from its ``mlflow.traceTag.<name>`` attributes. The run link, which
-the spans cannot carry, is made with ``MlflowClient.link_traces_to_run``.
+MLflow's server ingests OpenTelemetry traces (its documented OTLP ingestion: protobuf
+``ExportTraceServiceRequest`` bodies, the experiment in the ``x-mlflow-experiment-id``
+header, the run in ``x-mlflow-run-id``) and stores each trace once, from its spans, in one
+``log_spans`` call per request: the session from the root span's ``session.id`` attribute
+(OpenTelemetry's semantic convention), the tags from its ``mlflow.traceTag.<name>``
+attributes, the run link from the header. MLflow's own client export instead stores spans
+and then merges the trace info into the row they made, tag by tag, which is about two
+thirds of the server's work per trace; and a request answered 200 is stored, so no
+look-up is needed before feedback is attached.
 
-This module holds what that needs, all public: the exporter settings
-(``opentelemetry-exporter-otlp-proto-http``, the exporter MLflow loads), applied with
-``mlflow.tracing.reset()`` so MLflow's tracer is rebuilt on them; ``flush()``, which waits
-for the export through the OpenTelemetry ``TracerProvider.force_flush`` of
-``mlflow.tracing.get_bridged_tracer_provider()``; and ``transport_for(uri)``.
+The request is built here from twinkle's span records with ``opentelemetry-proto`` (the
+message types MLflow's server parses; no tracer, so nothing process-global) and posted with
+``httpx``. Each attribute goes as its raw OpenTelemetry value (text, number, list, key-value
+list), which the server JSON-encodes once, as MLflow's own spans store it: span types,
+numbers and payloads read back exactly as written.
 
-``TWINKLE_TRACE_TRANSPORT``: ``store`` (the default: MLflow's default export) or ``otlp``
-(for an ``http(s)`` tracking URI; a ``sqlite:`` store has no server). An opt-in, because
-with MLflow 3.17 the server reads what the OpenTelemetry exporter sends a little differently
-from what MLflow's own export sends: whole-number span attributes come back as text, and a
-span's type is stored JSON-quoted, so a ``span.type = 'LLM'`` search finds nothing (the
-trace view shows the types right). The cost: about a third of the server's work per trace.
+``TWINKLE_TRACE_TRANSPORT``: ``otlp`` (the default for an ``http(s)://`` tracking URI) or
+``store`` (MLflow's client export; the only way into a ``sqlite:`` store, which has no
+server). A server that has no OTLP endpoint (older than MLflow 3, or over a file store)
+answers 404/405/501: ``OTLPUnsupported``, and the writer falls back to ``store``.
 
 Example:
     >>> transport_for("sqlite:////tmp/mlflow.db"), transport_for("http://127.0.0.1:5000")
-    ('store', 'store')
+    ('store', 'otlp')
+    >>> body, ids = encode([([SpanRecord("t", "AGENT", None, 1, 2)], {"session.id": "s"})])
+    >>> len(ids), ids[0].startswith("tr-")
+    (1, True)
 """
 
 from __future__ import annotations
 
 import os
-import threading
+import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["OTLP", "STORE", "TRACE_TAG", "flush", "transport_for", "use_endpoint"]
+from twinkle.tracking.scrub import scrub_text
+from twinkle.tracking.spans import SpanRecord
+
+__all__ = [
+    "OTLP",
+    "STORE",
+    "TRACE_TAG",
+    "OTLPUnsupported",
+    "encode",
+    "send",
+    "transport_for",
+]
 
 OTLP, STORE = "otlp", "store"
 #: Root span attribute prefix the server turns into trace tags (its OTLP ingestion).
 TRACE_TAG = "mlflow.traceTag."
-_SETTINGS = (
-    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
-    "OTEL_BSP_MAX_QUEUE_SIZE",
-)
-_LOCK = threading.Lock()
-#: (endpoint, experiment) MLflow's tracer exports to now; None: MLflow's default export.
-_CURRENT: list[tuple[str, str] | None] = [None]
-_SAVED: dict[str, str | None] = {}
+#: What MLflow's spans call their type, inputs and outputs (its span attribute keys).
+SPAN_TYPE, SPAN_INPUTS, SPAN_OUTPUTS = "mlflow.spanType", "mlflow.spanInputs", "mlflow.spanOutputs"
+_INT64 = 2**63
+
+
+class OTLPUnsupported(RuntimeError):
+    """The server has no OTLP trace endpoint (HTTP 404, 405 or 501)."""
 
 
 def transport_for(tracking_uri: str) -> str:
-    """``otlp`` for an MLflow server (``http(s)://``) when ``TWINKLE_TRACE_TRANSPORT`` says
-    so; else ``store``."""
-    wanted = os.environ.get("TWINKLE_TRACE_TRANSPORT", "").strip().lower() or STORE
+    """``otlp`` for an MLflow server (``http(s)://``) unless ``TWINKLE_TRACE_TRANSPORT`` is
+    ``store``; ``store`` for anything else."""
+    wanted = os.environ.get("TWINKLE_TRACE_TRANSPORT", "").strip().lower() or OTLP
     if wanted not in (OTLP, STORE):
         raise ValueError(f"TWINKLE_TRACE_TRANSPORT must be 'otlp' or 'store', got {wanted!r}")
     return wanted if tracking_uri.startswith(("http://", "https://")) else STORE
 
 
-def use_endpoint(tracking_uri: str | None, experiment_id: str | None = None) -> None:
-    """Point MLflow's tracer at the OTLP endpoint of the server ``tracking_uri`` for
-    ``experiment_id``, or back at MLflow's default export (``None``). The settings are
-    process-wide: the caller holds the one-batch-at-a-time trace lock."""
-    import mlflow
+def encode(
+    traces: Sequence[tuple[Sequence[SpanRecord], Mapping[str, Any]]],
+) -> tuple[bytes, list[str]]:
+    """One ``ExportTraceServiceRequest`` for ``traces``: each is its span records (root
+    first, ``parent`` an index into them) and extra root attributes (tags, session).
+    Returns the serialized request and the MLflow trace id of each trace."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-    target = None if tracking_uri is None else (tracking_uri.rstrip("/"), str(experiment_id))
-    with _LOCK:
-        if target == _CURRENT[0]:
+    request = ExportTraceServiceRequest()
+    resource_spans = request.resource_spans.add()
+    _put(resource_spans.resource.attributes.add(), "service.name", "twinkle")
+    scope = resource_spans.scope_spans.add()
+    scope.scope.name = "twinkle.tracking"
+    trace_ids = []
+    for records, root_attributes in traces:
+        trace_id = os.urandom(16)
+        span_ids = [os.urandom(8) for _ in records]
+        for k, rec in enumerate(records):
+            span = scope.spans.add()
+            span.trace_id, span.span_id, span.name = trace_id, span_ids[k], rec.name
+            if rec.parent is not None:
+                span.parent_span_id = span_ids[rec.parent]
+            span.kind = Span.SPAN_KIND_INTERNAL
+            span.start_time_unix_nano, span.end_time_unix_nano = rec.start_ns, rec.end_ns
+            if rec.error:
+                span.status.code = Status.STATUS_CODE_ERROR
+                span.status.message = rec.error
+            else:
+                span.status.code = Status.STATUS_CODE_OK
+            _put(span.attributes.add(), SPAN_TYPE, rec.span_type)
+            if rec.inputs is not None:
+                _put(span.attributes.add(), SPAN_INPUTS, rec.inputs)
+            if rec.outputs is not None:
+                _put(span.attributes.add(), SPAN_OUTPUTS, rec.outputs)
+            extra = root_attributes if k == 0 else {}
+            for key, value in {**rec.attributes, **extra}.items():
+                _put(span.attributes.add(), key, value)
+        trace_ids.append(f"tr-{trace_id.hex()}")
+    return request.SerializeToString(), trace_ids
+
+
+def _put(kv: Any, key: str, value: Any) -> None:
+    kv.key = str(key)
+    _value(kv.value, value)
+
+
+def _value(out: Any, value: Any) -> None:
+    """``value`` as an OpenTelemetry ``AnyValue`` (None stays empty: the server reads null)."""
+    if value is None:
+        return
+    if isinstance(value, bool):
+        out.bool_value = value
+    elif isinstance(value, int) and -_INT64 <= value < _INT64:
+        out.int_value = value
+    elif isinstance(value, float):
+        out.double_value = value
+    elif isinstance(value, str):
+        out.string_value = value
+    elif isinstance(value, Mapping):
+        kvlist = out.kvlist_value
+        kvlist.SetInParent()  # an empty mapping is still a mapping
+        for k, v in value.items():
+            _put(kvlist.values.add(), k, v)
+    elif isinstance(value, (list, tuple)):
+        array = out.array_value
+        array.SetInParent()
+        for v in value:
+            _value(array.values.add(), v)
+    else:  # what JSON has no type for (a huge int, a date...) goes as its text
+        out.string_value = str(value)
+
+
+def send(
+    tracking_uri: str,
+    experiment_id: str,
+    body: bytes,
+    *,
+    run_id: str | None = None,
+    timeout_s: float = 120.0,
+    attempts: int = 3,
+) -> None:
+    """Post one encoded request to the server's ``/v1/traces``; returns once it is stored.
+
+    The server stores a request whole or not at all, so a failed one is sent again (a
+    connection error, 429 or 5xx; ``attempts`` in all, 0.5 s then 1 s apart). Raises
+    ``OTLPUnsupported`` for a server without the endpoint, ``RuntimeError`` naming the
+    server (credentials hidden) and its answer otherwise.
+    """
+    import httpx
+
+    url = tracking_uri.rstrip("/") + "/v1/traces"
+    headers = {"Content-Type": "application/x-protobuf", "x-mlflow-experiment-id": experiment_id}
+    if run_id:
+        headers["x-mlflow-run-id"] = run_id
+    # MLflow's own client settings for a server that asks for credentials.
+    auth: Any = None
+    if token := os.environ.get("MLFLOW_TRACKING_TOKEN"):
+        headers["Authorization"] = f"Bearer {token}"
+    elif (user := os.environ.get("MLFLOW_TRACKING_USERNAME")) is not None:
+        auth = (user, os.environ.get("MLFLOW_TRACKING_PASSWORD", ""))
+    where = scrub_text(url)
+    problem = ""
+    for attempt in range(attempts):
+        if attempt:
+            time.sleep(0.5 * attempt)
+        try:
+            reply = httpx.post(url, content=body, headers=headers, auth=auth, timeout=timeout_s)
+        except httpx.HTTPError as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+            continue
+        if reply.status_code == 200:
             return
-        if target is None:
-            for name, value in _SAVED.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
-            _SAVED.clear()
-        else:
-            if not _SAVED:
-                _SAVED.update({name: os.environ.get(name) for name in _SETTINGS})
-            os.environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = f"{target[0]}/v1/traces"
-            os.environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = "http/protobuf"
-            os.environ["OTEL_EXPORTER_OTLP_TRACES_HEADERS"] = f"x-mlflow-experiment-id={target[1]}"
-            # A batch is flushed whole: room for the largest (the default, 2,048 spans, would
-            # drop spans of a batch of 32 traces at 64 spans each).
-            os.environ["OTEL_BSP_MAX_QUEUE_SIZE"] = "65536"
-        _CURRENT[0] = target
-        mlflow.tracing.reset()  # the tracer is rebuilt on the settings with the next span
-
-
-def flush(timeout_s: float = 120.0) -> bool:
-    """Wait until every ended span is exported (True), or ``timeout_s`` passed (False)."""
-    import mlflow
-
-    provider: Any = mlflow.tracing.get_bridged_tracer_provider()
-    return bool(provider.force_flush(int(timeout_s * 1000)))
+        problem = f"HTTP {reply.status_code}: {reply.text[:300]}"
+        if reply.status_code in (404, 405, 501):
+            raise OTLPUnsupported(f"{where} has no OTLP trace endpoint ({problem})")
+        if reply.status_code != 429 and reply.status_code < 500:
+            break  # the request itself is wrong: sending it again changes nothing
+    raise RuntimeError(
+        f"the MLflow server did not store the traces sent to {where} ({scrub_text(problem)}); "
+        "check its log, or set TWINKLE_TRACE_TRANSPORT=store"
+    )

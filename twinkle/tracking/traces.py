@@ -6,15 +6,17 @@ with inputs, outputs, timings, tags, and each reward as a feedback assessment (w
 rationale: the scoring outcome, the extracted answer, why a reward is missing), and groups
 the traces of one flow run into a session (trace metadata ``mlflow.trace.session``).
 
-Only MLflow's public tracing API is used, so MLflow can be upgraded freely:
-``mlflow.start_span_no_context`` builds each trace's span tree with the timings the rollout
-recorded (``start_time_ns``/``end_time_ns``), tags and metadata on the root span, then
-``mlflow.flush_trace_async_logging`` and one ``mlflow.log_feedback`` per reward. MLflow
-exports spans in the background (its batch span processor and async export queue), and
-with an HTTP tracking URI through the server's REST/OTLP endpoints; twinkle runs this in a
-helper process (``twinkle.tracking.writer``) so it never shares the rollout's GIL.
-MLflow's tracing destination is process-global: a batch sets the tracking URI for its
-duration (and restores it, outside the helper), one batch at a time per process.
+Only MLflow's public APIs are used, so MLflow can be upgraded freely. Into a store (a
+``sqlite:`` file): ``mlflow.start_span_no_context`` builds each trace's span tree with the
+timings the rollout recorded (``start_time_ns``/``end_time_ns``), tags and metadata on the
+root span, MLflow exports it in the background (its batch span processor and async export
+queue), and the batch waits until it is stored. Into an MLflow server (``http(s)://``):
+the batch goes as one request to the server's documented OTLP endpoint
+(``twinkle.tracking.otlp``), stored when it is answered, at about a third of the server's
+work per trace. Then one ``mlflow.log_feedback`` per reward. twinkle runs this in a helper
+process (``twinkle.tracking.writer``) so it never shares the rollout's GIL. MLflow's
+tracking URI is process-global: a batch sets it for its duration (and restores it, outside
+the helper), one batch at a time per process.
 
 Guarantees:
 * secrets are scrubbed from every payload, tag and attribute (``scrub_secrets``);
@@ -40,6 +42,8 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import logging
 import threading
 import time
 import uuid
@@ -74,6 +78,9 @@ _WRITE_LOCK = threading.Lock()
 _LOCKS_GUARD = threading.Lock()
 #: Trace keys known per (tracking URI, experiment, session) in this process; see write_trace_batch.
 _KNOWN_KEYS: dict[tuple[str, str, str], set[str]] = {}
+#: Servers found to have no OTLP endpoint: their traces go through MLflow's client instead.
+_NO_OTLP: set[str] = set()
+logger = logging.getLogger("twinkle.tracking")
 #: Set in the trace writer's helper process (``twinkle.tracking.writer``), which traces to
 #: one store with MLflow's export tuned for it: the tracking URI a batch sets is kept, not
 #: restored (restoring resets MLflow's tracer each batch), and a batch waits for its traces
@@ -111,9 +118,9 @@ class TraceWriter:
         max_spans: spans per trace, root included; later spans are counted, not written.
         max_payload_chars: characters kept per span input or output.
         max_trace_chars: characters kept over all payloads of one trace.
-        transport: ``store`` (MLflow's default export) or ``otlp`` (spans to an MLflow
-            server's OTLP endpoint; see ``twinkle.tracking.otlp``); default: from
-            ``TWINKLE_TRACE_TRANSPORT``.
+        transport: ``otlp`` (one request per batch to an MLflow server's OTLP endpoint, see
+            ``twinkle.tracking.otlp``; the default for an ``http(s)`` URI, unless
+            ``TWINKLE_TRACE_TRANSPORT=store``) or ``store`` (MLflow's client export).
 
     Example:
         >>> w = TraceWriter(uri, experiment_id=eid, session='flow-run-42',  # doctest: +SKIP
@@ -267,18 +274,42 @@ class TraceWriter:
         import mlflow
 
         batch = uuid.uuid4().hex
-        sent = self.transport == otlp.OTLP
         with _tracing_to(self.tracking_uri):
-            otlp.use_endpoint(self.tracking_uri if sent else None, self.experiment_id)
-            trace_ids = [self._trace(mlflow, p, batch, sent) for p in pending]
-            # Spans are exported in the background; a trace must be stored before feedback
-            # can be attached to it.
-            if sent:
-                self._flush_sent(trace_ids, batch)
-            else:
+            if self.transport == otlp.OTLP and self.tracking_uri not in _NO_OTLP:
+                try:
+                    trace_ids = self._send(pending, batch)
+                except otlp.OTLPUnsupported as exc:
+                    logger.warning("%s; writing traces through MLflow's client instead", exc)
+                    _NO_OTLP.add(self.tracking_uri)
+            if self.transport != otlp.OTLP or self.tracking_uri in _NO_OTLP:
+                trace_ids = [self._trace(mlflow, p, batch) for p in pending]
+                # Spans are exported in the background; a trace must be stored before
+                # feedback can be attached to it.
                 self._wait_stored(mlflow, batch, scrub_text(pending[-1].key), len(pending))
             for trace_id, p in zip(trace_ids, pending):
                 self._feedback(mlflow, trace_id, p.trajectory, p.reward)
+        return trace_ids
+
+    def _send(self, pending: list[_Pending], batch: str) -> list[str]:
+        """The batch as one OTLP request to the server (``twinkle.tracking.otlp``): tags and
+        session as root span attributes, the run in a header; stored when it returns."""
+        traces = []
+        for p in pending:
+            tags = self._tags(p.key, _row_id(p.trajectory, p.key), p.trajectory, p.reward)
+            tags.update({"twinkle.batch": batch, "mlflow.traceName": p.spans[0].name})
+            root = {otlp.TRACE_TAG + k: v for k, v in tags.items()}
+            root["session.id"] = self.session
+            records = [
+                dataclasses.replace(
+                    rec,
+                    attributes=_attributes(rec),
+                    error=str(scrub_secrets(rec.error))[:500] if rec.error else None,
+                )
+                for rec in p.spans
+            ]
+            traces.append((records, root))
+        body, trace_ids = otlp.encode(traces)
+        otlp.send(self.tracking_uri, self.experiment_id, body, run_id=self.run_id)
         return trace_ids
 
     def _wait_stored(self, mlflow: Any, batch: str, last_key: str, n: int) -> None:
@@ -315,64 +346,21 @@ class TraceWriter:
                 # less often the longer it takes (at most ~10% late, 0.2 s at most).
                 time.sleep(min(0.2, max(0.02, 0.1 * (time.monotonic() - started))))
 
-    def _flush_sent(self, trace_ids: list[str], batch: str) -> None:
-        """Wait for the OTLP export of a batch, check the server stored all of it (an
-        exporter drops what it cannot send, so a lost trace fails the batch instead of
-        vanishing), and link the traces to the run."""
-        from mlflow import MlflowClient
-
-        client = MlflowClient(self.tracking_uri)
-        deadline = time.monotonic() + STORE_TIMEOUT_S
-        while True:
-            exported = otlp.flush(max(1.0, deadline - time.monotonic()))
-            found, token = 0, None
-            while True:  # pages: a server answers at most 500 per search
-                page = client.search_traces(
-                    locations=[self.experiment_id],
-                    filter_string=f"tag.`twinkle.batch` = '{batch}'",
-                    include_spans=False,
-                    max_results=min(500, max(1, len(trace_ids))),
-                    page_token=token,
-                )
-                found += len(page)
-                token = getattr(page, "token", None)
-                if not token or found >= len(trace_ids):
-                    break
-            if found >= len(trace_ids):
-                break
-            if time.monotonic() > deadline or not exported:
-                raise RuntimeError(
-                    f"the MLflow server at {scrub_text(self.tracking_uri)} stored "
-                    f"{found} of {len(trace_ids)} traces sent to its OTLP endpoint "
-                    "(/v1/traces); check its log, or set TWINKLE_TRACE_TRANSPORT=store"
-                )
-            time.sleep(0.05)
-        if self.run_id:  # the spans cannot carry the run: linked here (100 per call at most)
-            for i in range(0, len(trace_ids), 100):
-                client.link_traces_to_run(trace_ids[i : i + 100], self.run_id)
-
-    def _trace(self, mlflow: Any, p: _Pending, batch: str, sent: bool = False) -> str:
+    def _trace(self, mlflow: Any, p: _Pending, batch: str) -> str:
         from mlflow.entities import NoOpSpan
 
         root_rec, *children = p.spans
         tags = self._tags(p.key, _row_id(p.trajectory, p.key), p.trajectory, p.reward)
         tags["twinkle.batch"] = batch
         attributes = _attributes(root_rec)
-        if sent:
-            # Through OTLP the server reads tags and the session from root span attributes
-            # (``twinkle.tracking.otlp``); the run is linked after the batch is stored.
-            attributes.update({otlp.TRACE_TAG + k: v for k, v in tags.items()})
-            attributes["session.id"] = self.session
-            tags, metadata = {}, {}
-        else:
-            metadata = self._metadata()
+        metadata = self._metadata()
         root = mlflow.start_span_no_context(
             root_rec.name,
             span_type=root_rec.span_type,
             inputs=root_rec.inputs,
             attributes=attributes,
-            tags=tags or None,
-            metadata=metadata or None,
+            tags=tags,
+            metadata=metadata,
             experiment_id=self.experiment_id,
             start_time_ns=root_rec.start_ns,
         )
