@@ -167,3 +167,23 @@ def test_twinkle_run_moves_a_tracking_password_out_of_the_url(
         stored = prefect.read_flow_run(flow_run_id).parameters
     assert stored["tracking"]["tracking_uri"] == mlflow_server
     assert files_holding(secret, *prefect_db_files(), mlflow_server_data, out) == []
+    # The report names the run's page on the server; MLflow's own link lines stay out.
+    page = f"{mlflow_server}/#/experiments/{exp}/runs/{stages[None].info.run_id}"
+    assert page in result.output and "View run" not in result.output
+
+
+def test_twinkle_run_json_output_stays_json_with_a_server(
+    prefect_api, mlflow_server, tmp_path, conversations_file
+):
+    import json
+
+    from click.testing import CliRunner
+
+    from twinkle.cli import main
+
+    args = ["run", "--input", conversations_file, "--output", str(tmp_path / "out"), "--json"]
+    args += ["--tracking-uri", mlflow_server, "--experiment", "json-out"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)  # one JSON object, nothing printed around it
+    assert summary["traces_written"] == summary["trajectories"] > 0

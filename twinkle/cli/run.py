@@ -54,6 +54,9 @@ def _environment() -> None:
     # MLflow sets its loggers' level from this when imported (a level set earlier is undone):
     # without it, "Creating initial MLflow database tables..." lands in the middle of the bar.
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    # With a server as the tracking URI, MLflow writes each run's link to stdout as the run
+    # ends: into the progress bar, or into --json's output. The report names the run instead.
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     os.environ.setdefault("PREFECT_LOGGING_LOG_PRINTS", "true")
     # Keep the temporary API from rejecting a slow first start on a busy 2-core machine.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
@@ -493,6 +496,19 @@ def _progress_bar(enabled: bool) -> Iterator[Any]:
         yield show
 
 
+def _review_mlflow(uri: str, s: dict) -> list[str]:
+    """Where the MLflow run is: the run's page on a server, else how to serve the store."""
+    if uri.startswith(("http://", "https://")):
+        from twinkle.tracking.scrub import scrub_text
+
+        page = f"{scrub_text(uri).rstrip('/')}/#/experiments/{s.get('experiment_id')}"
+        return [f"  {page}/runs/{s['mlflow_run_id']}   # runs, metrics, plots, traces"]
+    return [
+        "  MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false mlflow server --workers 1 --port 5000 "
+        f"--backend-store-uri {uri}   # runs, metrics, plots, traces"
+    ]
+
+
 def _report(s: dict, uri: str) -> None:
     drops = (
         ", ".join(f"{k}={v}" for k, v in sorted(s.get("drops", {}).items(), key=lambda kv: -kv[1]))
@@ -525,8 +541,7 @@ def _report(s: dict, uri: str) -> None:
         f"  wall time     {s['wall_s']:.1f} s",
         "",
         "Review it",
-        "  MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false mlflow server --workers 1 --port 5000 "
-        f"--backend-store-uri {uri}   # runs, metrics, plots, traces",
+        *_review_mlflow(uri, s),
         "  prefect server start                                   "
         "# flow runs, task states, artifacts",
     ]
