@@ -52,6 +52,9 @@ def test_values_read_back_as_written(server, tmp_path):
     attributes = {**expected, "json_text": {"not": "parsed"}}
     assert {k: spans["tool"].attributes[k] for k in TRICKY} == attributes
     assert spans["root"].attributes["custom"] == 3
+    # What MLflow's client puts on each span too: its start, and its level for the UI's filter.
+    assert spans["tool"].attributes["mlflow.spanStartTimeNs"] == 2_000
+    assert spans["tool"].attributes["mlflow.spanLogLevel"] == 20
     assert spans["tool"].parent_id == spans["root"].span_id
     assert spans["tool"].status.status_code.value == "ERROR"
     assert spans["tool"].status.description == "boom"

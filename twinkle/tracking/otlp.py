@@ -54,6 +54,9 @@ OTLP, STORE = "otlp", "store"
 TRACE_TAG = "mlflow.traceTag."
 #: What MLflow's spans call their type, inputs and outputs (its span attribute keys).
 SPAN_TYPE, SPAN_INPUTS, SPAN_OUTPUTS = "mlflow.spanType", "mlflow.spanInputs", "mlflow.spanOutputs"
+#: Also on every span MLflow's client exports: its start in ns, and its level (the UI's span
+#: filter), which MLflow resolves to INFO (20) for the AGENT, LLM and TOOL spans twinkle makes.
+START_TIME_NS, LOG_LEVEL, INFO = "mlflow.spanStartTimeNs", "mlflow.spanLogLevel", 20
 _INT64 = 2**63
 
 
@@ -103,6 +106,8 @@ def encode(
             else:
                 span.status.code = Status.STATUS_CODE_OK
             _put(span.attributes.add(), SPAN_TYPE, rec.span_type)
+            _put(span.attributes.add(), START_TIME_NS, rec.start_ns)
+            _put(span.attributes.add(), LOG_LEVEL, INFO)
             if rec.inputs is not None:
                 _put(span.attributes.add(), SPAN_INPUTS, rec.inputs)
             if rec.outputs is not None:

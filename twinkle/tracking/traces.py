@@ -299,6 +299,7 @@ class TraceWriter:
             tags.update({"twinkle.batch": batch, "mlflow.traceName": p.spans[0].name})
             root = {otlp.TRACE_TAG + k: v for k, v in tags.items()}
             root["session.id"] = self.session
+            root["mlflow.experimentId"] = self.experiment_id  # as MLflow's client puts it
             records = [
                 dataclasses.replace(
                     rec,
