@@ -63,6 +63,24 @@ def test_values_read_back_as_written(server, tmp_path):
     assert got.info.state.value == "OK"  # the root's status, not a child's
 
 
+def test_a_trace_sent_again_overwrites_itself(server, tmp_path):
+    from mlflow import MlflowClient
+
+    exp = MLflowTracker(server.uri, "otlp-again", str(tmp_path / "art")).experiment_id
+    spans = [SpanRecord("root", "AGENT", None, 1_000, 9_000), SpanRecord("llm", "LLM", 0, 2, 3)]
+    ids = set()
+    for attempt in ("first", "second"):  # re-encoded, as a retried batch is
+        body, (trace_id,) = otlp.encode([(spans, {"attempt": attempt})], ["exp/session/key-1"])
+        otlp.send(server.uri, exp, body)
+        ids.add(trace_id)
+    other_body, (other,) = otlp.encode([(spans, {})], ["exp/session/key-2"])
+    assert len(ids) == 1 and other not in ids
+    found = MlflowClient(server.uri).search_traces(locations=[exp])
+    assert [t.info.trace_id for t in found] == list(ids)
+    assert len(found[0].data.spans) == 2
+    assert found[0].data.spans[0].attributes["attempt"] == "second"
+
+
 class _Scripted(http.server.BaseHTTPRequestHandler):
     """Answers each POST with the next status of ``codes`` (the last one repeats)."""
 

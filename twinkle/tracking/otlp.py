@@ -31,6 +31,7 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -75,10 +76,15 @@ def transport_for(tracking_uri: str) -> str:
 
 def encode(
     traces: Sequence[tuple[Sequence[SpanRecord], Mapping[str, Any]]],
+    identities: Sequence[str] | None = None,
 ) -> tuple[bytes, list[str]]:
     """One ``ExportTraceServiceRequest`` for ``traces``: each is its span records (root
     first, ``parent`` an index into them) and extra root attributes (tags, session).
-    Returns the serialized request and the MLflow trace id of each trace."""
+    Returns the serialized request and the MLflow trace id of each trace.
+
+    ``identities``: a text per trace that its trace and span ids are derived from (BLAKE2),
+    so sending the same trace again, even re-encoded, overwrites it rather than adding a
+    second one; without, the ids are random."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
     )
@@ -90,9 +96,15 @@ def encode(
     scope = resource_spans.scope_spans.add()
     scope.scope.name = "twinkle.tracking"
     trace_ids = []
-    for records, root_attributes in traces:
-        trace_id = os.urandom(16)
-        span_ids = [os.urandom(8) for _ in records]
+    for n, (records, root_attributes) in enumerate(traces):
+        seed = identities[n].encode() if identities is not None else os.urandom(16)
+        trace_id = hashlib.blake2b(seed, digest_size=16, person=b"twinkle-trace").digest()
+        span_ids = [
+            hashlib.blake2b(
+                seed, digest_size=8, person=b"twinkle-span", salt=k.to_bytes(8, "big")
+            ).digest()
+            for k in range(len(records))
+        ]
         for k, rec in enumerate(records):
             span = scope.spans.add()
             span.trace_id, span.span_id, span.name = trace_id, span_ids[k], rec.name

@@ -275,13 +275,14 @@ class TraceWriter:
 
         batch = uuid.uuid4().hex
         with _tracing_to(self.tracking_uri):
+            trace_ids = None
             if self.transport == otlp.OTLP and self.tracking_uri not in _NO_OTLP:
                 try:
                     trace_ids = self._send(pending, batch)
                 except otlp.OTLPUnsupported as exc:
                     logger.warning("%s; writing traces through MLflow's client instead", exc)
                     _NO_OTLP.add(self.tracking_uri)
-            if self.transport != otlp.OTLP or self.tracking_uri in _NO_OTLP:
+            if trace_ids is None:
                 trace_ids = [self._trace(mlflow, p, batch) for p in pending]
                 # Spans are exported in the background; a trace must be stored before
                 # feedback can be attached to it.
@@ -309,7 +310,9 @@ class TraceWriter:
                 for rec in p.spans
             ]
             traces.append((records, root))
-        body, trace_ids = otlp.encode(traces)
+        # Ids from the trace's identity: a batch sent again after a lost answer overwrites.
+        identities = [f"{self.experiment_id}/{self.session}/{p.key}" for p in pending]
+        body, trace_ids = otlp.encode(traces, identities)
         otlp.send(self.tracking_uri, self.experiment_id, body, run_id=self.run_id)
         return trace_ids
 
