@@ -162,7 +162,11 @@ def _quiet() -> None:
     help="E2B-compatible sandbox API (default: a local server for the run).",
 )
 @click.option(
-    "--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite:///<cwd>/mlflow.db)."
+    "--tracking-uri",
+    default=None,
+    help="MLflow tracking URI (default: sqlite:///<cwd>/mlflow.db). An MLflow server "
+    "(http://host:5000, see infra/mlflow/) takes traces through its OTLP endpoint: the "
+    "faster way for large rollouts.",
 )
 @click.option(
     "--experiment",
