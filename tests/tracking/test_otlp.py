@@ -127,6 +127,10 @@ def test_a_failing_server_is_retried_then_named_without_credentials(scripted):
     _Scripted.codes = [404]
     with pytest.raises(otlp.OTLPUnsupported):
         otlp.send(uri, "7", b"x")
+    _Scripted.seen, _Scripted.codes = [], [413]
+    with pytest.raises(otlp.OTLPTooLarge):
+        otlp.send(uri, "7", b"x")
+    assert len(_Scripted.seen) == 1
 
 
 def test_nothing_listening_is_named(tmp_path):
@@ -137,6 +141,36 @@ def test_nothing_listening_is_named(tmp_path):
         port = s.getsockname()[1]
     with pytest.raises(RuntimeError, match=f"127.0.0.1:{port}/v1/traces.*ConnectError"):
         otlp.send(f"http://127.0.0.1:{port}", "1", b"x", attempts=2)
+
+
+def test_a_batch_too_large_for_the_server_goes_in_halves(server, tmp_path, monkeypatch):
+    """A proxy before the server that takes at most ~1.5 traces' worth of bytes: a batch of
+    five goes again in smaller requests until each fits, and all five are stored."""
+    from mlflow import MlflowClient
+
+    real, sizes = otlp.send, []
+
+    def capped(uri, exp, body, **kwargs):
+        sizes.append(len(body))
+        limit = sizes[0] * 3 // 10  # the whole batch is five similar traces: 1.5 fit
+        if len(body) > limit:
+            raise otlp.OTLPTooLarge(f"{uri} refused {len(body)} bytes (HTTP 413)")
+        return real(uri, exp, body, **kwargs)
+
+    tracker = MLflowTracker(server.uri, "otlp-halves", str(tmp_path / "art"))
+    writer = tracker.trace_writer(tracker.start_run("k", name="r"), session="s")
+    trajs = [
+        {"id": f"r{i}", "stop_reason": "stop", "messages": [{"role": "user", "content": "x" * 500}]}
+        for i in range(5)
+    ]
+    monkeypatch.setattr(otlp, "send", capped)
+    report = writer.write(trajs, [{"total": 1.0}] * 5, keys=[f"k{i}" for i in range(5)])
+    assert report.written == 5 and len(set(report.trace_ids)) == 5
+    # Refused whole, then in halves until each trace went alone: five requests stored.
+    assert sum(size <= sizes[0] * 3 // 10 for size in sizes) == 5
+    found = MlflowClient(server.uri).search_traces(locations=[writer.experiment_id])
+    assert sorted(t.info.trace_id for t in found) == sorted(report.trace_ids)
+    assert all(len(t.info.assessments) == 1 for t in found)
 
 
 def test_a_server_without_the_endpoint_gets_traces_through_the_client(

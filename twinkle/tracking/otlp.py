@@ -44,6 +44,7 @@ __all__ = [
     "OTLP",
     "STORE",
     "TRACE_TAG",
+    "OTLPTooLarge",
     "OTLPUnsupported",
     "encode",
     "send",
@@ -63,6 +64,10 @@ _INT64 = 2**63
 
 class OTLPUnsupported(RuntimeError):
     """The server has no OTLP trace endpoint (HTTP 404, 405 or 501)."""
+
+
+class OTLPTooLarge(RuntimeError):
+    """The server (or a proxy before it) refused the request's size (HTTP 413)."""
 
 
 def transport_for(tracking_uri: str) -> str:
@@ -175,8 +180,9 @@ def send(
 
     The server stores a request whole or not at all, so a failed one is sent again (a
     connection error, 429 or 5xx; ``attempts`` in all, 0.5 s then 1 s apart). Raises
-    ``OTLPUnsupported`` for a server without the endpoint, ``RuntimeError`` naming the
-    server (credentials hidden) and its answer otherwise.
+    ``OTLPUnsupported`` for a server without the endpoint, ``OTLPTooLarge`` for a request
+    too large for it (send less at a time), ``RuntimeError`` naming the server (credentials
+    hidden) and its answer otherwise.
     """
     import httpx
 
@@ -205,6 +211,8 @@ def send(
         problem = f"HTTP {reply.status_code}: {reply.text[:300]}"
         if reply.status_code in (404, 405, 501):
             raise OTLPUnsupported(f"{where} has no OTLP trace endpoint ({problem})")
+        if reply.status_code == 413:
+            raise OTLPTooLarge(f"{where} refused {len(body)} bytes ({problem})")
         if reply.status_code != 429 and reply.status_code < 500:
             break  # the request itself is wrong: sending it again changes nothing
     raise RuntimeError(

@@ -293,7 +293,8 @@ class TraceWriter:
 
     def _send(self, pending: list[_Pending], batch: str) -> list[str]:
         """The batch as one OTLP request to the server (``twinkle.tracking.otlp``): tags and
-        session as root span attributes, the run in a header; stored when it returns."""
+        session as root span attributes, the run in a header; stored when it returns. A
+        request too large for the server (or a proxy before it) goes again in halves."""
         traces = []
         for p in pending:
             tags = self._tags(p.key, _row_id(p.trajectory, p.key), p.trajectory, p.reward)
@@ -312,8 +313,19 @@ class TraceWriter:
             traces.append((records, root))
         # Ids from the trace's identity: a batch sent again after a lost answer overwrites.
         identities = [f"{self.experiment_id}/{self.session}/{p.key}" for p in pending]
+        return self._post(traces, identities)
+
+    def _post(self, traces: list[Any], identities: list[str]) -> list[str]:
         body, trace_ids = otlp.encode(traces, identities)
-        otlp.send(self.tracking_uri, self.experiment_id, body, run_id=self.run_id)
+        try:
+            otlp.send(self.tracking_uri, self.experiment_id, body, run_id=self.run_id)
+        except otlp.OTLPTooLarge:
+            if len(traces) == 1:
+                raise
+            half = len(traces) // 2
+            return self._post(traces[:half], identities[:half]) + self._post(
+                traces[half:], identities[half:]
+            )
         return trace_ids
 
     def _wait_stored(self, mlflow: Any, batch: str, last_key: str, n: int) -> None:
