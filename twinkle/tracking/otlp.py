@@ -37,6 +37,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from twinkle.errors import TrackingError
 from twinkle.tracking.scrub import scrub_text
 from twinkle.tracking.spans import SpanRecord
 
@@ -62,11 +63,11 @@ START_TIME_NS, LOG_LEVEL, INFO = "mlflow.spanStartTimeNs", "mlflow.spanLogLevel"
 _INT64 = 2**63
 
 
-class OTLPUnsupported(RuntimeError):
+class OTLPUnsupported(TrackingError):
     """The server has no OTLP trace endpoint (HTTP 404, 405 or 501)."""
 
 
-class OTLPTooLarge(RuntimeError):
+class OTLPTooLarge(TrackingError):
     """The server (or a proxy before it) refused the request's size (HTTP 413)."""
 
 
@@ -181,7 +182,7 @@ def send(
     The server stores a request whole or not at all, so a failed one is sent again (a
     connection error, 429 or 5xx; ``attempts`` in all, 0.5 s then 1 s apart). Raises
     ``OTLPUnsupported`` for a server without the endpoint, ``OTLPTooLarge`` for a request
-    too large for it (send less at a time), ``RuntimeError`` naming the server (credentials
+    too large for it (send less at a time), ``TrackingError`` naming the server (credentials
     hidden) and its answer otherwise.
     """
     import httpx
@@ -215,7 +216,7 @@ def send(
             raise OTLPTooLarge(f"{where} refused {len(body)} bytes ({problem})")
         if reply.status_code != 429 and reply.status_code < 500:
             break  # the request itself is wrong: sending it again changes nothing
-    raise RuntimeError(
+    raise TrackingError(
         f"the MLflow server did not store the traces sent to {where} ({scrub_text(problem)}); "
         "check its log, or set TWINKLE_TRACE_TRANSPORT=store"
     )
