@@ -14,6 +14,8 @@
    A cold round (the process's first flow run), then three interleaved rounds (one in
    ``--quick``); each flow run is compared with the direct run just before it and the median
    of these paired ratios is judged. Target: overhead < 15% of the stages' own time.
+   ``--overhead-server``: each round also runs the traced flow into a lean ``mlflow server``
+   (started before timing; traces through its OTLP endpoint), reported as ``flow_server_*``.
 3. MLflow tracing cost on the rollout stage with a policy endpoint answering in 200 ms (the
    scriptable OpenAI server in its own process): the rollout flow with ``trace_sample_rate``
    1.0 against 0.0, same trajectories; plus cost per trace and per span, and ``tail_s``: how
@@ -328,7 +330,10 @@ def bench_overhead(
     concurrency: int,
     repeats: int = 3,
     cold_first: str = "traced",
+    server_uri: str | None = None,
 ) -> dict:
+    """``server_uri``: an MLflow server; each round then also runs the traced flow into it
+    (``flow_server_*``: traces through its OTLP endpoint, the at-scale setup)."""
     from flows.params import DEFAULT_FILTERS
 
     path = _dataset(tmp, n_rows)
@@ -341,7 +346,7 @@ def bench_overhead(
     # ``twinkle run`` figure measures. The untraced flow (trace_sample_rate 0) splits Prefect +
     # MLflow-run overhead from the CPU the trace writer takes.
     # ``cold_first='untraced'``: round 0 runs the untraced flow first, the cold one then.
-    rounds = []
+    rounds, served = [], []
     for k in range(repeats + 1):
         direct = baseline_stages(path, tmp / f"base{k}", n_traj, filters, concurrency)
         flows = {}
@@ -350,13 +355,25 @@ def bench_overhead(
             flows[rate] = flow_stages(
                 path, tmp / f"{name}{k}", n_traj, filters, concurrency, n_rows, sample_rate=rate
             )
+        if server_uri:
+            served.append(
+                flow_stages(
+                    path,
+                    tmp / f"flow-server{k}",
+                    n_traj,
+                    filters,
+                    concurrency,
+                    n_rows,
+                    tracking_uri=server_uri,
+                )
+            )
         rounds.append((direct, flows[1.0], flows[0.0]))
     plain = baseline_stages(
         path, tmp / "base-inprocess", n_traj, filters, concurrency, server="inprocess"
     )
-    check_same_work([r for rnd in rounds for r in rnd] + [plain], n_traj)
-    traced = [f["traces"] for _, f, _ in rounds]
-    if traced != [n_traj] * len(rounds):  # every trajectory of a traced flow has its trace
+    check_same_work([r for rnd in rounds for r in rnd] + [plain, *served], n_traj)
+    traced = [f["traces"] for _, f, _ in rounds] + [f["traces"] for f in served]
+    if traced != [n_traj] * len(traced):  # every trajectory of a traced flow has its trace
         raise RuntimeError(f"traced flows wrote {traced} traces, not {n_traj} each")
     cold, warm = rounds[0], rounds[1:]
     paired = [f["total_s"] / d["total_s"] - 1 for d, f, _ in warm]
@@ -366,6 +383,14 @@ def bench_overhead(
         min(range(len(warm)), key=lambda i: abs(paired[i] - ratio))
     ]  # the median round
     fastest = min(f["total_s"] for _, f, _ in warm) / min(d["total_s"] for d, _, _ in warm) - 1
+    into_server = {}
+    if served:  # paired with the direct run of its round, as the others
+        paired_server = [f["total_s"] / d["total_s"] - 1 for (d, _, _), f in zip(warm, served[1:])]
+        into_server = {
+            "flow_server_runs_s": [round(f["total_s"], 2) for f in served[1:]],
+            "overhead_server_ratio_runs": [round(r, 3) for r in paired_server],
+            "overhead_server_ratio": round(statistics.median(paired_server), 3),
+        }
     return {
         "rows": n_rows,
         "trajectories": flow["trajectories"],
@@ -411,6 +436,7 @@ def bench_overhead(
                 1000 * flow["trace_write_s"] / max(1, flow["traces"]), 2
             ),
         },
+        **into_server,
         "mlflow_store_setup_s": round(flow["store_setup_s"], 2),
         # Against the library's plain use (sandbox server in-process, one run): the flow's
         # child-process server is part of its gain there, so this is not the figure judged.
@@ -590,6 +616,12 @@ def main() -> None:
         help="which flow of the overhead part's first round is the process's first (cold) one",
     )
     ap.add_argument(
+        "--overhead-server",
+        action="store_true",
+        help="the overhead part also runs the traced flow into a local mlflow server "
+        "(traces through its OTLP endpoint) each round",
+    )
+    ap.add_argument(
         "--tracing-server",
         choices=("server", "server-store", "none"),
         action="append",
@@ -619,14 +651,23 @@ def main() -> None:
             with prefect_test_harness(server_startup_timeout=180):
                 result["prefect_api_start_s"] = round(time.perf_counter() - t0, 2)
                 if "overhead" in parts:
-                    result["overhead"] = bench_overhead(
-                        tmp,
-                        n_rows,
-                        n_traj,
-                        concurrency,
-                        repeats=1 if args.quick else 3,
-                        cold_first=args.cold,
-                    )
+                    with contextlib.ExitStack() as stack:
+                        server_uri = None
+                        if args.overhead_server:  # a service, started before timing
+                            from twinkle.testing.mlflow_server import MLflowServer
+
+                            server_uri = stack.enter_context(
+                                MLflowServer(f"sqlite:///{tmp}/overhead.db", f"{tmp}/overhead-art")
+                            ).uri
+                        result["overhead"] = bench_overhead(
+                            tmp,
+                            n_rows,
+                            n_traj,
+                            concurrency,
+                            repeats=1 if args.quick else 3,
+                            cold_first=args.cold,
+                            server_uri=server_uri,
+                        )
                 if "tracing" in parts:
                     result["tracing"] = bench_tracing(tmp, n_trace, concurrency)
                     for store in servers:

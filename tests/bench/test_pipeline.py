@@ -103,6 +103,27 @@ def test_overhead_part_times_the_same_work_direct_and_as_a_flow(bench, prefect_a
     assert out["mlflow_store_setup_s"] > 0 and out["stages_direct_inprocess_server_s"] > 0
 
 
+def test_overhead_part_can_trace_into_a_server_too(bench, prefect_api, tmp_path):
+    from mlflow import MlflowClient
+
+    from twinkle.testing.mlflow_server import MLflowServer
+
+    with MLflowServer(f"sqlite:///{tmp_path}/srv.db", str(tmp_path / "srv-art")) as server:
+        out = bench.bench_overhead(
+            tmp_path, n_rows=40, n_traj=2, concurrency=2, repeats=1, server_uri=server.uri
+        )
+    assert len(out["flow_server_runs_s"]) == len(out["overhead_server_ratio_runs"]) == 1
+    direct = out["stages_direct_runs_s"][0]
+    # Against the direct run of its round (times rounded to 10 ms: a tiny run moves more).
+    assert out["overhead_server_ratio"] == pytest.approx(
+        out["flow_server_runs_s"][0] / direct - 1, rel=0.05
+    )
+    client = MlflowClient(f"sqlite:///{tmp_path}/srv.db")
+    exp = client.get_experiment_by_name("twinkle").experiment_id
+    # Two flows traced into the server (round 0 and round 1), two trajectories each.
+    assert len(client.search_traces(locations=[exp], filter_string="span.type = 'LLM'")) == 4
+
+
 def test_tracing_part_times_traced_and_untraced_rollout_flows(bench, prefect_api, tmp_path):
     n_traj = 2
     out = bench.bench_tracing(tmp_path, n_traj=n_traj, concurrency=2, rounds=1)
