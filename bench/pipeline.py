@@ -39,10 +39,10 @@ cold +69%). Tracing at the 200 ms endpoint: into a SQLite file +27% (min) / +33%
 tail 1.1-1.4 s; into a lean ``mlflow server`` over SQLite, traces sent to its OTLP endpoint
 as one request per batch (built from the span records with ``opentelemetry-proto``, read
 back exactly as MLflow's client export writes them) **+7.3% / +7.4%**, tail 0.2 s. Trace
-writing into SQLite 22.8 ms CPU per trace. Against the server at 10k / 500 (a one-off run
-of the same stages, not a part of this script) the traced flow took +75%: per trace the
-OTLP request costs the server about 6 ms, and the two ``mlflow.log_feedback`` requests
-(one per reward; MLflow has no batch call) about 12 ms.
+writing into SQLite 22.8 ms CPU per trace. Against the server at 10k / 500 (``--overhead-server``,
+a second run at load up to 6: untraced +15.2%, traced into SQLite +89%) the traced flow took
++84%: per trace the OTLP request costs the server about 6 ms, and the two
+``mlflow.log_feedback`` requests (one per reward; MLflow has no batch call) about 12 ms.
 
 Session of 2026-12-02 (later; load 2.5-4, 3 rounds, ``--cold untraced``): ``twinkle run``
 27.4 s; overhead at 10k / 500, direct 12.6-13.6 s, flow untraced 14.4-14.6 s (median

@@ -502,11 +502,11 @@ def _progress_bar(enabled: bool) -> Iterator[Any]:
 
 def _review_mlflow(uri: str, s: dict) -> list[str]:
     """Where the MLflow run is: the run's page on a server, else how to serve the store."""
-    if uri.startswith(("http://", "https://")):
-        from twinkle.tracking.scrub import scrub_text
+    if uri.startswith(("http://", "https://")):  # credentials were moved out before the run
+        from flows.lifecycle import mlflow_run_url
 
-        page = f"{scrub_text(uri).rstrip('/')}/#/experiments/{s.get('experiment_id')}"
-        return [f"  {page}/runs/{s['mlflow_run_id']}   # runs, metrics, plots, traces"]
+        page = mlflow_run_url(uri, s["experiment_id"], s["mlflow_run_id"])
+        return [f"  {page}   # runs, metrics, plots, traces"]
     return [
         "  MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false mlflow server --workers 1 --port 5000 "
         f"--backend-store-uri {uri}   # runs, metrics, plots, traces"

@@ -241,13 +241,12 @@ class TraceWriter:
         return report
 
     # -- what a trace carries ----------------------------------------------------------
-    def _tags(
-        self, key: str, row_id: str, traj: Mapping[str, Any], reward: Mapping[str, Any]
-    ) -> dict[str, str]:
+    def _tags(self, p: _Pending, batch: str) -> dict[str, str]:
+        traj = p.trajectory
         tags = {
             "twinkle.session": self.session,
-            "twinkle.trace_key": key,
-            "row_id": row_id,
+            "twinkle.trace_key": p.key,
+            "row_id": _row_id(traj, p.key),
             "status": "failed" if is_failed(traj) else "ok",
             "stop_reason": str(traj.get("stop_reason")),
         }
@@ -255,10 +254,11 @@ class TraceWriter:
             tags["dataset"] = self.dataset
         if traj.get("error"):
             tags["error"] = str(traj["error"])[:500]
-        for name, value in reward.items():
+        for name, value in p.reward.items():
             tags[f"reward.{name}"] = "null" if value is None else str(value)
-        # Values only: names like ``twinkle.trace_key`` are twinkle's own, not secrets.
-        return {k: scrub_text(v) for k, v in tags.items()}
+        # Values only: names like ``twinkle.trace_key`` are twinkle's own, not secrets; the
+        # batch id (a uuid, searched for as it is) is added after.
+        return {**{k: scrub_text(v) for k, v in tags.items()}, "twinkle.batch": batch}
 
     def _metadata(self) -> dict[str, str]:
         metadata = {"mlflow.trace.session": self.session}
@@ -297,17 +297,12 @@ class TraceWriter:
         request too large for the server (or a proxy before it) goes again in halves."""
         traces = []
         for p in pending:
-            tags = self._tags(p.key, _row_id(p.trajectory, p.key), p.trajectory, p.reward)
-            tags.update({"twinkle.batch": batch, "mlflow.traceName": p.spans[0].name})
+            tags = {**self._tags(p, batch), "mlflow.traceName": p.spans[0].name}
             root = {otlp.TRACE_TAG + k: v for k, v in tags.items()}
             root["session.id"] = self.session
             root["mlflow.experimentId"] = self.experiment_id  # as MLflow's client puts it
             records = [
-                dataclasses.replace(
-                    rec,
-                    attributes=_attributes(rec),
-                    error=str(scrub_secrets(rec.error))[:500] if rec.error else None,
-                )
+                dataclasses.replace(rec, attributes=_attributes(rec), error=_error(rec))
                 for rec in p.spans
             ]
             traces.append((records, root))
@@ -366,8 +361,7 @@ class TraceWriter:
         from mlflow.entities import NoOpSpan
 
         root_rec, *children = p.spans
-        tags = self._tags(p.key, _row_id(p.trajectory, p.key), p.trajectory, p.reward)
-        tags["twinkle.batch"] = batch
+        tags = self._tags(p, batch)
         attributes = _attributes(root_rec)
         metadata = self._metadata()
         root = mlflow.start_span_no_context(
@@ -416,12 +410,17 @@ def _attributes(rec: SpanRecord) -> dict[str, Any]:
     return {k: scrub_secrets(v) for k, v in rec.attributes.items()}
 
 
+def _error(rec: SpanRecord) -> str | None:
+    """The span's error as a trace shows it: secrets scrubbed, 500 characters at most."""
+    return str(scrub_secrets(rec.error))[:500] if rec.error else None
+
+
 def _status(rec: SpanRecord) -> Any:
     if not rec.error:
         return "OK"
     from mlflow.entities import SpanStatus, SpanStatusCode
 
-    return SpanStatus(SpanStatusCode.ERROR, description=str(scrub_secrets(rec.error))[:500])
+    return SpanStatus(SpanStatusCode.ERROR, description=_error(rec))
 
 
 @contextlib.contextmanager
